@@ -1,0 +1,44 @@
+# BLOOM Runtime. `make` lists the targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+BOOTSTRAP := .cache/uv-bootstrap
+UV := $(shell command -v uv 2>/dev/null || echo $(BOOTSTRAP)/bin/uv)
+RUN := $(UV) run --frozen
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(BOOTSTRAP)/bin/uv:
+	@echo "uv not found: installing it into $(BOOTSTRAP) (project-local)"
+	python3 -m venv $(BOOTSTRAP)
+	$(BOOTSTRAP)/bin/pip install --quiet uv
+
+.venv/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen
+	@touch $@
+
+install: .venv/.synced ## Create .venv with the locked dependencies
+
+run: install ## Start BLOOM locally: `bloom up` on SQLite under ./.bloom
+	$(RUN) bloom up
+
+test: install ## Run the whole test suite (PostgreSQL and SQLite)
+	$(RUN) pytest
+
+lint: install ## ruff: lint and formatting
+	$(RUN) ruff check src tests
+	$(RUN) ruff format --check src tests
+
+typecheck: install ## mypy, strict
+	$(RUN) mypy
+
+check: lint typecheck test ## Everything CI runs
+
+bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchmarks.md)
+	$(RUN) bloom bench
+
+clean: ## Remove local state and caches (not .venv)
+	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+.PHONY: help install run test lint typecheck check bench clean

@@ -1,0 +1,25 @@
+"""`bloom`: one entry point for every process and tool."""
+
+import typer
+
+from bloom import __version__
+from bloom.cli import db, runtime, up
+
+app = typer.Typer(
+    help="BLOOM Runtime: queue LLM tasks, lease them to Claude CLI workers, keep every result.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(runtime.app, name="runtime")
+app.add_typer(db.app, name="db")
+app.command("up")(up.up)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+if __name__ == "__main__":
+    app()

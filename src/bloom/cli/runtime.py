@@ -1,0 +1,58 @@
+"""`bloom runtime serve`: the runtime HTTP server."""
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from bloom.logging import configure_logging
+from bloom.runtime.app import create_app
+from bloom.settings import RuntimeSettings
+from bloom.storage import migrate
+from bloom.storage.database import DatabaseUrlError, StorageKind, resolve_database
+
+app = typer.Typer(help="The runtime server.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Address to bind [env BLOOM_HOST]")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [env BLOOM_PORT or PORT]")] = None,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="Server processes (PostgreSQL only)")
+    ] = 1,
+    migrate_db: Annotated[
+        bool, typer.Option("--migrate/--no-migrate", help="Migrate the schema before serving")
+    ] = True,
+) -> None:
+    """Serve the runtime API (default 127.0.0.1:5000)."""
+    settings = RuntimeSettings()
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    settings = settings.model_copy(update=overrides)
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        target = resolve_database(settings.database_url, settings.data_dir)
+    except DatabaseUrlError as exc:
+        raise typer.BadParameter(str(exc), param_hint="DATABASE_URL") from None
+    if workers > 1 and target.kind is StorageKind.SQLITE:
+        raise typer.BadParameter("several processes need PostgreSQL", param_hint="--workers")
+    if migrate_db and settings.migrate_on_start:
+        migrate.upgrade(target)
+    common = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 5,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+    else:
+        uvicorn.run(
+            "bloom.runtime.app:create_app_from_env",
+            factory=True,
+            workers=workers,
+            **common,  # type: ignore[arg-type]
+        )

@@ -1,0 +1,137 @@
+"""The runtime's entities, with the seed's field names (they are the HTTP contract's names too).
+
+Timestamps are Unix epoch milliseconds. These are plain values: storage builds them from rows,
+services pass them around, the API serialises them as they are.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": 120, "budget": 0}
+DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
+
+
+@dataclass(slots=True)
+class Task:
+    id: str
+    context_id: str
+    agent_slug: str
+    prompt: str
+    context_hints: list[str]
+    policy: dict[str, Any]
+    desired_format: str
+    status: str
+    created_at: int
+    updated_at: int
+    lease_id: str | None
+    worker_id: str | None
+    attempts: int
+    max_attempts: int
+    priority: int = 0
+    idempotency_key: str | None = None
+    queued_at: int | None = None
+    not_before: int | None = None
+    cancel_requested: bool = False
+    last_error: str | None = None
+    preferred_worker_id: str | None = None
+    session_id: str | None = None
+
+
+@dataclass(slots=True)
+class Lease:
+    id: str
+    task_id: str
+    worker_id: str
+    started_at: int
+    expires_at: int
+    ttl_seconds: int
+    status: str
+    last_heartbeat: int
+    context_id: str | None
+    claimed_at: int | None = None
+    ended_at: int | None = None
+
+
+@dataclass(slots=True)
+class Worker:
+    id: str
+    node_id: str
+    url: str
+    status: str
+    capabilities: dict[str, Any]
+    last_heartbeat: int | None
+    ip_addrs: list[str]
+    obs_count: int
+    db_sha: str
+    registered_at: int
+    active_leases: int
+    agent_version: str
+    os_info: str
+    install_method: str
+
+    @property
+    def max_concurrency(self) -> int:
+        return int(self.capabilities.get("max_concurrency", 1))
+
+    @property
+    def claude_cli(self) -> bool:
+        return bool(self.capabilities.get("claude_cli", True))
+
+
+@dataclass(slots=True)
+class Artifact:
+    id: str
+    task_id: str
+    job_id: str | None
+    type: str
+    created_at: int
+    finalized: bool
+    url: str | None
+    entity_refs: list[str]
+    tags: list[str]
+    content: str | None
+    sha256: str | None = None
+    size_bytes: int | None = None
+    storage: str = "db"
+
+
+@dataclass(slots=True)
+class Result:
+    id: str
+    task_id: str
+    worker_id: str
+    artifact_id: str | None
+    status: str
+    output: str | None
+    error_message: str | None
+    metrics: dict[str, Any]
+    completed_at: int
+    lease_id: str | None = None
+    error_code: str | None = None
+
+
+@dataclass(slots=True)
+class AuditEntry:
+    id: str
+    timestamp: int
+    action: str
+    entity_type: str
+    entity_id: str
+    actor: str
+    detail: str
+    task_id: str | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """What a worker reports when an attempt ends (the seed's result envelope, plus error codes)."""
+
+    status: str
+    output: str | None
+    error_message: str | None
+    metrics: dict[str, Any]
+    artifact_type: str = "LLM_RESULT"
+    artifact_tags: list[str] = field(default_factory=list)
+    error_code: str | None = None
+    retry_at: int | None = None
+    session_id: str | None = None

@@ -1,0 +1,46 @@
+"""Task, lease and worker states, and which operations each state admits."""
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    LEASED = "leased"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+class LeaseStatus(StrEnum):
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    RELEASED = "released"
+    FAILED = "failed"
+
+
+class WorkerStatus(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    SYNCING = "syncing"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+class ResultStatus(StrEnum):
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+IN_FLIGHT: frozenset[TaskStatus] = frozenset({TaskStatus.LEASED, TaskStatus.RUNNING})
+"""A task in one of these states holds exactly one active lease."""
+
+REQUEUEABLE: frozenset[TaskStatus] = frozenset({TaskStatus.FAILED, TaskStatus.DEAD})
+"""An operator may put these back in the queue with a fresh attempt budget."""
+
+CANCELLABLE: frozenset[TaskStatus] = frozenset({TaskStatus.QUEUED, *IN_FLIGHT})
+
+TERMINAL: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED}
+)

@@ -1,0 +1,1 @@
+"""The runtime server: app factory, composition root, HTTP API and background loops."""

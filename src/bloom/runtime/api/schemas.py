@@ -1,0 +1,186 @@
+"""Request bodies, with the seed's validation rules, and response shapes for the OpenAPI page.
+
+Scalars are strict about types (a number is not a string, "1" is not a number), as zod was, and
+unknown keys are dropped, as zod did.
+"""
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
+
+from bloom.domain.models import Artifact, Lease, Result, Task, Worker
+from bloom.domain.retry import ErrorCode
+from bloom.domain.states import ResultStatus, WorkerStatus
+
+WORKER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class PolicyBody(Body):
+    timeout_sec: StrictInt = Field(120, ge=1, le=3600)
+    budget: StrictFloat = Field(0, ge=0)
+
+
+class CreateTaskBody(Body):
+    context_id: StrictStr = Field(min_length=1)
+    agent_slug: StrictStr = Field(min_length=1)
+    prompt: StrictStr = Field(min_length=1)
+    context_hints: list[StrictStr] = Field(default_factory=list)
+    policy: PolicyBody = Field(default_factory=PolicyBody)
+    desired_format: Literal["json", "text"] = "text"
+    max_attempts: StrictInt = Field(3, ge=1, le=10)
+    priority: StrictInt = Field(0, ge=-1000, le=1000, description="Higher runs first.")
+    idempotency_key: StrictStr | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="Same key, same request: the task created the first time (200, not 201).",
+    )
+
+
+class LeaseBody(Body):
+    worker_id: StrictStr | None = Field(None, min_length=1)
+    ttl_seconds: TTL | None = None
+
+
+class ClaimBody(Body):
+    wait_seconds: StrictFloat | None = Field(
+        None, ge=0, le=120, description="Long-poll up to this long for work (default 25)."
+    )
+    ttl_seconds: TTL | None = None
+
+
+class HeartbeatBody(Body):
+    lease_id: StrictStr | None = Field(
+        None, min_length=1, description="Fencing: the lease you hold."
+    )
+    worker_id: StrictStr | None = Field(None, min_length=1)
+
+
+class MetricsBody(Body):
+    duration_ms: StrictInt = Field(ge=0)
+    tokens_used: StrictInt | None = Field(None, ge=0)
+    input_tokens: StrictInt | None = Field(None, ge=0)
+    output_tokens: StrictInt | None = Field(None, ge=0)
+    cost_usd: StrictFloat | None = Field(None, ge=0)
+    num_turns: StrictInt | None = Field(None, ge=0)
+
+
+class CompleteBody(Body):
+    status: ResultStatus
+    output: StrictStr | None = None
+    error_message: StrictStr | None = None
+    metrics: MetricsBody
+    artifact_type: StrictStr = Field("LLM_RESULT", min_length=1)
+    artifact_tags: list[StrictStr] = Field(default_factory=list)
+    lease_id: StrictStr | None = Field(
+        None, min_length=1, description="Fencing: the lease you hold."
+    )
+    worker_id: StrictStr | None = Field(None, min_length=1)
+    error_code: ErrorCode | None = Field(
+        None, description="Why the attempt failed; decides retry, failure or a free retry later."
+    )
+    retry_at: StrictInt | None = Field(
+        None, ge=0, description="Epoch ms before which not to retry."
+    )
+    session_id: StrictStr | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _envelope(self) -> Self:
+        if self.status == ResultStatus.SUCCESS and self.output is None:
+            raise ValueError("output is required when status is 'success'")
+        if self.status == ResultStatus.ERROR and self.error_message is None:
+            raise ValueError("error_message is required when status is 'error'")
+        return self
+
+    def metrics_dict(self) -> dict[str, Any]:
+        return self.metrics.model_dump(exclude_none=True) | {
+            "tokens_used": self.metrics.tokens_used
+        }
+
+
+class CapabilitiesBody(Body):
+    claude_cli: StrictBool = True
+    max_concurrency: StrictInt = Field(1, ge=1, le=32)
+    labels: list[StrictStr] = Field(default_factory=list)
+
+
+class RegisterWorkerBody(Body):
+    name: StrictStr = Field(pattern=WORKER_NAME, description="Becomes the worker's id.")
+    url: StrictStr | None = Field(None, max_length=2048)
+    status: WorkerStatus = WorkerStatus.ONLINE
+    capabilities: CapabilitiesBody | None = None
+    ip_addrs: list[StrictStr] | None = None
+    agent_version: StrictStr | None = Field(None, max_length=128)
+    os_info: StrictStr | None = Field(None, max_length=512)
+    install_method: StrictStr | None = Field(None, max_length=64)
+
+
+class ConfigBody(Body):
+    membridge_server_url: HttpUrl
+    admin_key: StrictStr = Field(min_length=1)
+
+
+# Response shapes (documentation; routes render the dataclasses directly)
+
+
+@dataclass
+class LeaseGrant:
+    lease: Lease
+    worker: Worker
+
+
+@dataclass
+class ClaimReply:
+    lease: Lease
+    task: Task
+
+
+@dataclass
+class HeartbeatReply:
+    lease: Lease
+    expires_at: int
+    cancel_requested: bool
+    task_status: str
+
+
+@dataclass
+class CompleteReply:
+    task: Task
+    artifact: Artifact | None
+    result: Result
+
+
+@dataclass
+class WorkerDetail(Worker):
+    leases: list[Lease] = field(default_factory=list)
+
+
+@dataclass
+class Removed:
+    removed: bool
+    id: str
+
+
+@dataclass
+class Health:
+    status: str
+    service: str
+    version: str
+    uptime: float
+    storage: str

@@ -1,0 +1,35 @@
+"""Health and configuration."""
+
+from fastapi import APIRouter
+
+from bloom import __version__
+from bloom.runtime.api.deps import AppContainer, Config
+from bloom.runtime.api.schemas import ConfigBody, Health
+from bloom.runtime.http import JSON
+from bloom.services.config import RuntimeConfig
+
+router = APIRouter(prefix="/api/runtime", tags=["system"])
+
+
+@router.get("/health", response_model=Health, summary="Liveness, storage kind, uptime, version")
+async def health(container: AppContainer) -> JSON:
+    return JSON(
+        Health(
+            status="ok",
+            service="bloom-runtime",
+            version=__version__,
+            uptime=round(container.uptime, 3),
+            storage=container.db.kind,
+        )
+    )
+
+
+@router.get("/config", response_model=RuntimeConfig, summary="Membridge settings (key masked)")
+async def get_config(config: Config) -> JSON:
+    return JSON(await config.get())
+
+
+@router.post("/config", response_model=RuntimeConfig, summary="Set the Membridge URL and key")
+async def set_config(body: ConfigBody, config: Config) -> JSON:
+    url = str(body.membridge_server_url).rstrip("/")
+    return JSON(await config.update(url, body.admin_key))

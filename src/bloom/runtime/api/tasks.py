@@ -1,0 +1,78 @@
+"""LLM tasks: create, read, cancel, requeue."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+
+from bloom.domain.models import Task
+from bloom.domain.states import TaskStatus
+from bloom.runtime.api.deps import Tasks
+from bloom.runtime.api.schemas import CreateTaskBody
+from bloom.runtime.http import JSON, invalid
+from bloom.services.tasks import NewTask
+
+router = APIRouter(prefix="/api/runtime", tags=["tasks"])
+MAX_PAGE = 5000
+
+
+@router.post(
+    "/llm-tasks",
+    status_code=201,
+    response_model=Task,
+    responses={200: {"description": "Known idempotency key: the task created the first time"}},
+    summary="Queue a task",
+)
+async def create_task(
+    body: CreateTaskBody,
+    tasks: Tasks,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> JSON:
+    key = body.idempotency_key or idempotency_key
+    if body.idempotency_key and idempotency_key and body.idempotency_key != idempotency_key:
+        return invalid("Idempotency-Key header and idempotency_key differ", "idempotency_key")
+    task, created = await tasks.create(
+        NewTask(
+            context_id=body.context_id,
+            agent_slug=body.agent_slug,
+            prompt=body.prompt,
+            context_hints=body.context_hints,
+            policy=body.policy.model_dump(),
+            desired_format=body.desired_format,
+            max_attempts=body.max_attempts,
+            priority=body.priority,
+            idempotency_key=key,
+        )
+    )
+    return JSON(task, status_code=201 if created else 200)
+
+
+@router.get("/llm-tasks", response_model=list[Task], summary="Tasks, newest first")
+async def list_tasks(
+    tasks: Tasks,
+    status: TaskStatus | None = None,
+    limit: Annotated[int, Query(ge=1)] = 500,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSON:
+    return JSON(await tasks.find(status=status, limit=min(limit, MAX_PAGE), offset=offset))
+
+
+@router.get("/llm-tasks/{task_id}", response_model=Task, summary="One task")
+async def get_task(task_id: str, tasks: Tasks) -> JSON:
+    return JSON(await tasks.get(task_id))
+
+
+@router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")
+async def cancel_task(task_id: str, tasks: Tasks) -> JSON:
+    return JSON(await tasks.cancel(task_id))
+
+
+@router.post(
+    "/llm-tasks/{task_id}/requeue", response_model=Task, summary="Requeue a failed or dead task"
+)
+async def requeue_task(task_id: str, tasks: Tasks) -> JSON:
+    return JSON(await tasks.requeue(task_id))
+
+
+@router.get("/runs", response_model=list[Task], summary="The 50 newest tasks")
+async def runs(tasks: Tasks) -> JSON:
+    return JSON(await tasks.runs())

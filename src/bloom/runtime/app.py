@@ -1,0 +1,69 @@
+"""The runtime's FastAPI application factory."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
+
+from bloom import __version__
+from bloom.runtime.api import leasing, records, system, tasks, workers
+from bloom.runtime.auth import ApiKeyMiddleware
+from bloom.runtime.container import build_container
+from bloom.runtime.http import install_error_handlers
+from bloom.runtime.loops import LoopRunner
+from bloom.runtime.middleware import RequestLogMiddleware
+from bloom.services.clock import Clock, system_clock
+from bloom.settings import RuntimeSettings
+
+INDEX = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>BLOOM Runtime</title></head>
+<body><h1>BLOOM Runtime {__version__}</h1>
+<p>The task queue and lease engine is running.</p>
+<ul><li><a href="/api/docs">API reference</a></li>
+<li><a href="/api/runtime/health">Health</a></li></ul>
+</body></html>"""
+
+
+def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system_clock) -> FastAPI:
+    """Build the app. Storage and loops are created at startup (in the lifespan), so that every
+    worker process of a multi-process server gets its own."""
+    settings = settings or RuntimeSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        container = build_container(settings, clock)
+        app.state.container = container
+        runner = LoopRunner(container.loops)
+        runner.start()
+        try:
+            yield
+        finally:
+            await runner.stop()
+            await container.db.dispose()
+
+    app = FastAPI(
+        title="BLOOM Runtime",
+        version=__version__,
+        summary="Queue LLM tasks, lease them to Claude CLI workers, keep every result.",
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+        lifespan=lifespan,
+    )
+    for module in (system, workers, tasks, leasing, records):
+        app.include_router(module.router)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(INDEX)
+
+    install_error_handlers(app)
+    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
+    app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory` in multi-process mode: settings come from the env."""
+    return create_app()

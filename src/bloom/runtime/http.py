@@ -1,0 +1,88 @@
+"""HTTP plumbing shared by every route: the JSON response, and errors in the seed's shapes.
+
+Validation failures answer 400 `{"error": {"formErrors": [...], "fieldErrors": {...}}}` (zod's
+`flatten()`, nested errors grouped under their top-level field); refusals answer
+`{"error": "<message>"}`; nothing ever answers with a stack trace.
+"""
+
+from typing import Any
+
+import orjson
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from bloom.services.errors import Conflict, NotFound, ServiceError, Unavailable
+
+log = structlog.get_logger(__name__)
+
+SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409, Unavailable: 503}
+HTTP_MESSAGES = {404: "Not found", 405: "Method not allowed"}
+
+
+class JSON(Response):
+    """JSON rendered by orjson: dataclasses, enums and lists of them, fast."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSON:
+    return JSON({"error": message}, status_code=status, headers=headers)
+
+
+def invalid(message: str, field: str | None = None) -> JSON:
+    """A 400 in the validation shape, for checks a body model cannot express."""
+    flat = {
+        "formErrors": [] if field else [message],
+        "fieldErrors": {field: [message]} if field else {},
+    }
+    return JSON({"error": flat}, status_code=400)
+
+
+def flatten_validation_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pydantic errors in zod's `flatten()` shape."""
+    form_errors: list[str] = []
+    field_errors: dict[str, list[str]] = {}
+    for err in errors:
+        loc = [part for part in err.get("loc", ()) if part not in ("body", "query", "path")]
+        message = _message(err)
+        if loc and isinstance(loc[0], str):
+            field_errors.setdefault(loc[0], []).append(message)
+        else:
+            form_errors.append(message)
+    return {"formErrors": form_errors, "fieldErrors": field_errors}
+
+
+def _message(err: dict[str, Any]) -> str:
+    if err.get("type") == "json_invalid":
+        return "Malformed JSON body"
+    if err.get("type") == "missing":
+        return "Required"
+    message = str(err.get("msg", "Invalid value"))
+    nested = [str(part) for part in err.get("loc", ())[2:]]
+    return f"{'.'.join(nested)}: {message}" if nested else message
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        return JSON({"error": flatten_validation_errors(list(exc.errors()))}, status_code=400)
+
+    @app.exception_handler(ServiceError)
+    async def _service(_: Request, exc: ServiceError) -> Response:
+        return error(SERVICE_STATUS.get(type(exc), 400), exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        message = HTTP_MESSAGES.get(exc.status_code) or str(exc.detail)
+        return error(exc.status_code, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled_error", path=request.url.path, error_type=type(exc).__name__)
+        return error(500, "Internal server error")

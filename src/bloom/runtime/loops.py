@@ -1,0 +1,75 @@
+"""Background loops started with the app: each a small object with `run()` and `stop()`."""
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+import structlog
+
+from bloom.services.clock import Clock
+from bloom.services.expiry import LeaseReaper
+
+log = structlog.get_logger(__name__)
+
+
+class Loop(Protocol):
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class ReaperLoop:
+    """Runs the lease reaper every `interval_sec`, and sooner when a lease is due sooner."""
+
+    MIN_DELAY_SEC = 0.2
+
+    def __init__(self, reaper: LeaseReaper, interval_sec: float, clock: Clock):
+        self.reaper = reaper
+        self.interval_sec = interval_sec
+        self.clock = clock
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            delay = self.interval_sec
+            try:
+                expired = await self.reaper.reap_once()
+                if expired:
+                    log.info("leases_expired", count=expired)
+                if expired >= self.reaper.batch:
+                    continue
+                next_expiry = await self.reaper.next_expiry()
+                if next_expiry is not None:
+                    due_in = (next_expiry - self.clock()) / 1000 + 0.01
+                    delay = max(self.MIN_DELAY_SEC, min(delay, due_in))
+            except Exception:
+                log.exception("reaper_failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+class LoopRunner:
+    """Starts loops as tasks; on stop asks each to stop, then cancels what lingers."""
+
+    def __init__(self, loops: list[Loop], grace_sec: float = 5.0):
+        self.loops = loops
+        self.grace_sec = grace_sec
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(loop.run(), name=type(loop).__name__) for loop in self.loops
+        ]
+
+    async def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(self._tasks, timeout=self.grace_sec)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)

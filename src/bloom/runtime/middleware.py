@@ -1,0 +1,47 @@
+"""Request ids and one access-log line per request (method, path, status, time; never bodies)."""
+
+import re
+import time
+import uuid
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = structlog.get_logger("bloom.access")
+REQUEST_ID = b"x-request-id"
+SAFE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
+
+
+class RequestLogMiddleware:
+    def __init__(self, app: ASGIApp, *, access_log: bool = True):
+        self.app = app
+        self.access_log = access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        given = next((v for k, v in scope["headers"] if k == REQUEST_ID), b"")
+        request_id = given if SAFE_ID.fullmatch(given) else uuid.uuid4().hex[:12].encode()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID, request_id)]
+            await send(message)
+
+        with structlog.contextvars.bound_contextvars(request_id=request_id.decode()):
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                if self.access_log:
+                    log.info(
+                        "request",
+                        method=scope["method"],
+                        path=scope["path"],
+                        status=status,
+                        ms=round((time.perf_counter() - started) * 1000, 2),
+                    )

@@ -1,0 +1,279 @@
+"""A leased attempt's life: heartbeats while it runs, then one atomic, idempotent complete.
+
+Both are fenced by the lease: they name it (or default to the task's current lease, as seed
+clients do), and a lease that expired, was released or was replaced is refused with a conflict
+and changes nothing.
+"""
+
+from dataclasses import dataclass
+
+from bloom.artifacts import ArtifactStore, StoredContent
+from bloom.domain.ids import new_id
+from bloom.domain.models import Artifact, Completion, Lease, Result, Task
+from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
+from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
+from bloom.services.clock import Clock
+from bloom.services.errors import Conflict, NotFound
+from bloom.services.signals import QueueSignal
+from bloom.storage.database import Database
+from bloom.storage.repositories import Repositories
+
+TASK_OR_LEASE_NOT_FOUND = "Task or lease not found"
+FAILURE_ACTIONS = {
+    TaskStatus.QUEUED: "task_retry_scheduled",
+    TaskStatus.FAILED: "task_failed",
+    TaskStatus.DEAD: "task_dead",
+    TaskStatus.CANCELLED: "task_cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    lease: Lease
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    task: Task
+    artifact: Artifact | None
+    result: Result
+    replayed: bool
+
+
+def _lapsed(lease: Lease, task: Task, now: int) -> Conflict:
+    """Why `lease` cannot be used any more."""
+    if task.lease_id != lease.id:
+        reason = f"superseded by lease {task.lease_id}" if task.lease_id else "task was requeued"
+    elif lease.status != LeaseStatus.ACTIVE:
+        reason = lease.status
+    elif lease.expires_at < now:
+        reason = "expired"
+    else:
+        reason = f"task is {task.status}"
+    return Conflict(f"Lease {lease.id} is no longer active ({reason})")
+
+
+class CompletionService:
+    def __init__(
+        self,
+        db: Database,
+        signal: QueueSignal,
+        clock: Clock,
+        store: ArtifactStore,
+        retry: RetryPolicy,
+    ):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+        self.store = store
+        self.retry = retry
+
+    @staticmethod
+    async def _fenced(
+        tx: Repositories,
+        task_id: str,
+        lease_id: str | None,
+        worker_id: str | None,
+        *,
+        leaseless: type[NotFound | Conflict],
+    ) -> tuple[Task, Lease]:
+        """The task and the lease the caller names (default: the task's current one), checked to
+        belong together. `leaseless` is raised when the caller names none and the task has none."""
+        task = await tx.tasks.get(task_id)
+        if task is None:
+            raise NotFound("Task not found" if leaseless is Conflict else TASK_OR_LEASE_NOT_FOUND)
+        lease_id = lease_id or task.lease_id
+        if lease_id is None:
+            if leaseless is Conflict:
+                raise Conflict(f"Task status is '{task.status}', expected 'leased' or 'running'")
+            raise NotFound(TASK_OR_LEASE_NOT_FOUND)
+        lease = await tx.leases.get(lease_id)
+        if lease is None or lease.task_id != task_id:
+            raise NotFound(TASK_OR_LEASE_NOT_FOUND)
+        if worker_id is not None and lease.worker_id != worker_id:
+            raise Conflict(
+                f"Lease {lease.id} is held by worker '{lease.worker_id}', not '{worker_id}'"
+            )
+        return task, lease
+
+    async def heartbeat(
+        self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
+    ) -> Beat:
+        """Extend a live lease; the first heartbeat moves the task from leased to running."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, leaseless=NotFound)
+            if task.lease_id != lease.id or task.status not in IN_FLIGHT:
+                raise _lapsed(lease, task, now)
+            renewed = await tx.leases.renew(lease.id, now)
+            if renewed is None:
+                raise _lapsed(lease, task, now)
+            if task.status == TaskStatus.LEASED:
+                running = await tx.tasks.transition(
+                    task.id,
+                    from_statuses=[TaskStatus.LEASED],
+                    lease_id=lease.id,
+                    values={"status": TaskStatus.RUNNING, "updated_at": now},
+                )
+                if running is None:
+                    raise _lapsed(lease, task, now)
+                task = running
+                await tx.audit.add(
+                    now,
+                    "task_running",
+                    "llm_task",
+                    task.id,
+                    renewed.worker_id,
+                    f"Worker {renewed.worker_id} started lease {lease.id}",
+                    task_id=task.id,
+                )
+        return Beat(renewed, task)
+
+    async def complete(
+        self,
+        task_id: str,
+        completion: Completion,
+        *,
+        lease_id: str | None = None,
+        worker_id: str | None = None,
+    ) -> Completed:
+        """Record an attempt's end: result, artifact, task status, lease release and audit in one
+        transaction. Repeating it for the same lease returns the first outcome unchanged."""
+        stored = await self.store.put(completion.output) if completion.output is not None else None
+        now = self.clock()
+        async with self.db.write() as tx:
+            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, leaseless=Conflict)
+            replay = await self._replay(tx, lease, completion)
+            if replay is not None:
+                return replay
+            released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
+            if released is None:
+                # A concurrent complete of this lease may have won: then it is a replay.
+                replay = await self._replay(tx, lease, completion)
+                if replay is not None:
+                    return replay
+                raise _lapsed(lease, task, now)
+            finished = await tx.tasks.transition(
+                task.id,
+                from_statuses=IN_FLIGHT,
+                lease_id=lease.id,
+                values=self._next_task_values(task, completion, now),
+            )
+            if finished is None:
+                raise _lapsed(lease, task, now)  # rolls the lease release back too
+            artifact = self._artifact(task.id, completion, stored, now)
+            result = Result(
+                id=new_id(now),
+                task_id=task.id,
+                worker_id=lease.worker_id,
+                artifact_id=artifact.id if artifact else None,
+                status=completion.status,
+                output=completion.output,
+                error_message=completion.error_message,
+                metrics=completion.metrics,
+                completed_at=now,
+                lease_id=lease.id,
+                error_code=completion.error_code,
+            )
+            if artifact is not None:
+                await tx.artifacts.insert(artifact)
+            await tx.results.insert(result)
+            await self._audit(tx, finished, artifact, completion, lease, now)
+            await tx.notify_queue()  # a slot freed, and maybe a task requeued
+        self.signal.wake()
+        return Completed(finished, artifact, result, replayed=False)
+
+    async def _replay(
+        self, tx: Repositories, lease: Lease, completion: Completion
+    ) -> Completed | None:
+        result = await tx.results.get_by_lease(lease.id)
+        if result is None:
+            return None
+        if result.status != completion.status:
+            raise Conflict(f"Lease {lease.id} was already completed with status '{result.status}'")
+        task = await tx.tasks.get(lease.task_id)
+        artifact = await tx.artifacts.get(result.artifact_id) if result.artifact_id else None
+        assert task is not None
+        return Completed(task, artifact, result, replayed=True)
+
+    def _next_task_values(self, task: Task, completion: Completion, now: int) -> dict[str, object]:
+        values: dict[str, object] = {"updated_at": now}
+        if completion.session_id:
+            values["session_id"] = completion.session_id
+        if completion.status == ResultStatus.SUCCESS:
+            return values | {"status": TaskStatus.COMPLETED, "last_error": None}
+        outcome = failure_outcome(
+            ErrorCode(completion.error_code or ErrorCode.ERROR),
+            attempts=task.attempts,
+            max_attempts=task.max_attempts,
+            now=now,
+            retry_at=completion.retry_at,
+            cancel_requested=task.cancel_requested,
+            policy=self.retry,
+        )
+        values |= {"status": outcome.status, "last_error": completion.error_message}
+        if outcome.status == TaskStatus.QUEUED:
+            values |= {
+                "lease_id": None,
+                "worker_id": None,
+                "queued_at": now,
+                "not_before": outcome.not_before,
+                "attempts": task.attempts - 1 if outcome.refund_attempt else task.attempts,
+            }
+        return values
+
+    @staticmethod
+    def _artifact(
+        task_id: str, completion: Completion, stored: StoredContent | None, now: int
+    ) -> Artifact | None:
+        if stored is None:
+            return None
+        return Artifact(
+            id=new_id(now),
+            task_id=task_id,
+            job_id=None,
+            type=completion.artifact_type,
+            created_at=now,
+            finalized=True,
+            url=stored.url,
+            entity_refs=[],
+            tags=completion.artifact_tags,
+            content=stored.content,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            storage=stored.storage,
+        )
+
+    @staticmethod
+    async def _audit(
+        tx: Repositories,
+        task: Task,
+        artifact: Artifact | None,
+        completion: Completion,
+        lease: Lease,
+        now: int,
+    ) -> None:
+        duration = completion.metrics.get("duration_ms")
+        detail = (
+            f"Status: {completion.status}, artifact: {artifact.id if artifact else None}, "
+            f"duration: {duration}ms"
+        )
+        actor = lease.worker_id
+        await tx.audit.add(
+            now, "task_completed", "llm_task", task.id, actor, detail, task_id=task.id
+        )
+        if task.status in FAILURE_ACTIONS:
+            code = completion.error_code or ErrorCode.ERROR
+            next_detail = f"{code}: {completion.error_message}"
+            if task.not_before:
+                next_detail += f"; retry not before {task.not_before}"
+            await tx.audit.add(
+                now,
+                FAILURE_ACTIONS[TaskStatus(task.status)],
+                "llm_task",
+                task.id,
+                actor,
+                next_detail,
+                task_id=task.id,
+            )

@@ -1,0 +1,21 @@
+"""What a use-case can refuse. The API maps each kind to its HTTP status."""
+
+
+class ServiceError(Exception):
+    """A refusal with a message fit for the client."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(ServiceError):
+    """The named thing does not exist (404)."""
+
+
+class Conflict(ServiceError):
+    """The thing exists but its state forbids the operation (409)."""
+
+
+class Unavailable(ServiceError):
+    """Nothing can serve the request right now, e.g. no worker has a free slot (503)."""

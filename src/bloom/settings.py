@@ -1,0 +1,84 @@
+"""Runtime settings from the environment.
+
+Our own names carry the `BLOOM_` prefix; the seed deployment's names (`DATABASE_URL`, `PORT`,
+`RUNTIME_API_KEY`, `MEMBRIDGE_SERVER_URL`, `MEMBRIDGE_ADMIN_KEY`, `NODE_ENV`) are accepted as
+aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOOM_` name wins.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _env(name: str, *seed_names: str) -> AliasChoices:
+    return AliasChoices(f"BLOOM_{name}", *seed_names)
+
+
+class RuntimeSettings(BaseSettings):
+    """Everything `bloom runtime serve` reads from its environment."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(Path(".bloom"), validation_alias=_env("DATA_DIR"))
+    database_url: str | None = Field(
+        None,
+        validation_alias=_env("DATABASE_URL", "DATABASE_URL"),
+        description="postgresql://… selects PostgreSQL; unset means SQLite under the data dir.",
+    )
+    host: str = Field("127.0.0.1", validation_alias=_env("HOST"))
+    port: int = Field(5000, ge=1, le=65535, validation_alias=_env("PORT", "PORT"))
+    api_key: SecretStr | None = Field(
+        None,
+        validation_alias=_env("API_KEY", "RUNTIME_API_KEY"),
+        description="Shared admin key sent as X-Runtime-API-Key. Unset or empty: no auth.",
+    )
+    membridge_server_url: str = Field(
+        "http://127.0.0.1:8000", validation_alias=_env("MEMBRIDGE_URL", "MEMBRIDGE_SERVER_URL")
+    )
+    membridge_admin_key: SecretStr = Field(
+        SecretStr(""), validation_alias=_env("MEMBRIDGE_ADMIN_KEY", "MEMBRIDGE_ADMIN_KEY")
+    )
+    environment: str = Field("development", validation_alias=_env("ENV", "NODE_ENV"))
+
+    lease_ttl_sec: int = Field(300, ge=5, le=86_400, validation_alias=_env("LEASE_TTL_SEC"))
+    claim_ack_sec: int = Field(
+        30,
+        ge=1,
+        validation_alias=_env("CLAIM_ACK_SEC"),
+        description="A claimed lease lapses this soon unless its worker's first heartbeat arrives.",
+    )
+    claim_wait_sec: float = Field(25.0, ge=0, le=120, validation_alias=_env("CLAIM_WAIT_SEC"))
+    claim_recheck_sec: float = Field(
+        2.0,
+        gt=0,
+        validation_alias=_env("CLAIM_RECHECK_SEC"),
+        description="Safety net for a waiting claim; wake-ups themselves are immediate.",
+    )
+    reaper_interval_sec: float = Field(30.0, gt=0, validation_alias=_env("REAPER_INTERVAL_SEC"))
+    sticky_wait_sec: float = Field(30.0, ge=0, validation_alias=_env("STICKY_WAIT_SEC"))
+    worker_live_sec: float = Field(60.0, gt=0, validation_alias=_env("WORKER_LIVE_SEC"))
+    retry_base_sec: float = Field(15.0, ge=0, validation_alias=_env("RETRY_BASE_SEC"))
+    retry_max_sec: float = Field(600.0, ge=0, validation_alias=_env("RETRY_MAX_SEC"))
+
+    artifact_store: Literal["db", "fs"] = Field("db", validation_alias=_env("ARTIFACT_STORE"))
+    artifact_dir: Path | None = Field(None, validation_alias=_env("ARTIFACT_DIR"))
+
+    migrate_on_start: bool = Field(True, validation_alias=_env("MIGRATE_ON_START"))
+    db_pool_size: int = Field(10, ge=1, le=200, validation_alias=_env("DB_POOL_SIZE"))
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = Field(
+        "NORMAL", validation_alias=_env("SQLITE_SYNCHRONOUS")
+    )
+    log_level: str = Field("info", validation_alias=_env("LOG_LEVEL"))
+    log_format: Literal["json", "console"] = Field("json", validation_alias=_env("LOG_FORMAT"))
+    access_log: bool = Field(True, validation_alias=_env("ACCESS_LOG"))
+
+    @property
+    def api_key_value(self) -> str:
+        """The configured key, or "" when auth is off."""
+        return self.api_key.get_secret_value() if self.api_key is not None else ""
+
+    @property
+    def resolved_artifact_dir(self) -> Path:
+        return self.artifact_dir or self.data_dir / "artifacts"

@@ -1,0 +1,1 @@
+"""Storage: tables, the database handle and repositories. The only package that holds SQL."""

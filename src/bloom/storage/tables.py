@@ -1,0 +1,204 @@
+"""The runtime's tables, for PostgreSQL and SQLite alike (SQLAlchemy Core).
+
+Seed tables keep the seed's names and columns; what we add is marked. Timestamps are epoch-ms
+BIGINTs (SQLite would drop tzinfo), JSON is JSONB on PostgreSQL and JSON text on SQLite.
+"""
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    false,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+QUEUED_ONLY = text("status = 'queued'")
+ACTIVE_ONLY = text("status = 'active'")
+
+llm_tasks = Table(
+    "llm_tasks",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("context_id", Text, nullable=False),
+    Column("agent_slug", Text, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("context_hints", JSONType, nullable=False),
+    Column("policy", JSONType, nullable=False),
+    Column("desired_format", Text, nullable=False, server_default="text"),
+    Column("status", Text, nullable=False, server_default="queued"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("lease_id", String),
+    Column("worker_id", String),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False, server_default="3"),
+    # ours
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("idempotency_key", String),
+    Column("request_hash", String),
+    Column("queued_at", BigInteger),
+    Column("not_before", BigInteger),
+    Column("cancel_requested", Boolean, nullable=False, server_default=false()),
+    Column("last_error", Text),
+    Column("preferred_worker_id", String),
+    Column("session_id", String),
+)
+# The claim query walks this index in order and stops at the first claimable row, so its cost
+# does not grow with the number of queued tasks.
+Index(
+    "ix_llm_tasks_queue",
+    llm_tasks.c.priority.desc(),
+    llm_tasks.c.created_at,
+    llm_tasks.c.id,
+    postgresql_where=QUEUED_ONLY,
+    sqlite_where=QUEUED_ONLY,
+)
+Index(
+    "ix_llm_tasks_queued_context",
+    llm_tasks.c.context_id,
+    postgresql_where=QUEUED_ONLY,
+    sqlite_where=QUEUED_ONLY,
+)
+Index("ix_llm_tasks_created_at", llm_tasks.c.created_at)
+Index("ix_llm_tasks_status_created_at", llm_tasks.c.status, llm_tasks.c.created_at)
+Index("ix_llm_tasks_idempotency_key", llm_tasks.c.idempotency_key, unique=True)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("task_id", String, nullable=False),
+    Column("worker_id", String, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("ttl_seconds", Integer, nullable=False),
+    Column("status", Text, nullable=False, server_default="active"),
+    Column("last_heartbeat", BigInteger, nullable=False),
+    Column("context_id", String),
+    # ours
+    Column("claimed_at", BigInteger),
+    Column("ended_at", BigInteger),
+)
+Index(
+    "ix_leases_active_worker",
+    leases.c.worker_id,
+    postgresql_where=ACTIVE_ONLY,
+    sqlite_where=ACTIVE_ONLY,
+)
+Index(
+    "ix_leases_active_expires_at",
+    leases.c.expires_at,
+    postgresql_where=ACTIVE_ONLY,
+    sqlite_where=ACTIVE_ONLY,
+)
+Index("ix_leases_task_id", leases.c.task_id)
+Index("ix_leases_context_started_at", leases.c.context_id, leases.c.started_at)
+Index("ix_leases_started_at", leases.c.started_at)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("node_id", Text, nullable=False),
+    Column("url", Text, nullable=False, server_default=""),
+    Column("status", Text, nullable=False, server_default="unknown"),
+    Column("capabilities", JSONType, nullable=False),
+    Column("last_heartbeat", BigInteger),
+    Column("ip_addrs", JSONType, nullable=False),
+    Column("obs_count", Integer, nullable=False, server_default="0"),
+    Column("db_sha", Text, nullable=False, server_default=""),
+    Column("registered_at", BigInteger, nullable=False),
+    Column("active_leases", Integer, nullable=False, server_default="0"),
+    Column("agent_version", Text, nullable=False, server_default="unknown"),
+    Column("os_info", Text, nullable=False, server_default=""),
+    Column("install_method", Text, nullable=False, server_default="manual"),
+)
+
+runtime_artifacts = Table(
+    "runtime_artifacts",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("task_id", String, nullable=False),
+    Column("job_id", String),
+    Column("type", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("finalized", Boolean, nullable=False, server_default=false()),
+    Column("url", Text),
+    Column("entity_refs", JSONType, nullable=False),
+    Column("tags", JSONType, nullable=False),
+    Column("content", Text),
+    # ours
+    Column("sha256", String),
+    Column("size_bytes", BigInteger),
+    Column("storage", String, nullable=False, server_default="db"),
+)
+Index("ix_runtime_artifacts_task_id", runtime_artifacts.c.task_id)
+Index("ix_runtime_artifacts_created_at", runtime_artifacts.c.created_at)
+
+llm_results = Table(
+    "llm_results",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("task_id", String, nullable=False),
+    Column("worker_id", String, nullable=False),
+    Column("artifact_id", String),
+    Column("status", Text, nullable=False),
+    Column("output", Text),
+    Column("error_message", Text),
+    Column("metrics", JSONType, nullable=False),
+    Column("completed_at", BigInteger, nullable=False),
+    # ours: one result per lease is what makes complete idempotent, even under a race
+    Column("lease_id", String),
+    Column("error_code", String),
+)
+Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
+Index("ix_llm_results_task_id", llm_results.c.task_id)
+
+audit_logs = Table(
+    "audit_logs",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("entity_type", Text, nullable=False),
+    Column("entity_id", String, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    # ours: the task an entry concerns, whatever its entity (a lease, say), for a task's trail
+    Column("task_id", String),
+)
+Index("ix_audit_logs_timestamp", audit_logs.c.timestamp)
+Index("ix_audit_logs_task_id", audit_logs.c.task_id)
+
+runtime_settings = Table(
+    "runtime_settings",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("username", Text, nullable=False, unique=True),
+    Column("password", Text, nullable=False),
+)
