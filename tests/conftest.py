@@ -18,6 +18,7 @@ from bloom.storage import migrate
 from bloom.storage.database import resolve_database
 from tests.support.clock import FakeClock
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.server import RuntimeProcess
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 TEMPLATE_DB = "bloom_template"
@@ -111,3 +112,12 @@ async def client(settings: RuntimeSettings, clock: FakeClock) -> AsyncIterator[h
         async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
             http.app = app  # type: ignore[attr-defined]
             yield http
+
+
+@pytest.fixture
+def runtime_process(database_url: str, tmp_path: Path) -> Iterator[RuntimeProcess]:
+    """A real runtime server process on a fresh database of each kind."""
+    process = RuntimeProcess(database_url, tmp_path)
+    process.start()
+    yield process
+    process.stop()

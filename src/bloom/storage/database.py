@@ -93,7 +93,7 @@ class Database:
             "json_deserializer": orjson.loads,
         }
         if self.kind is StorageKind.POSTGRESQL:
-            options |= {"pool_size": pool_size, "max_overflow": pool_size, "pool_pre_ping": True}
+            options |= {"pool_size": pool_size, "max_overflow": pool_size, "pool_pre_ping": False}
         self.engine: AsyncEngine = create_async_engine(target.async_url, **options)
         self._write_lock: asyncio.Lock | None = None
         if self.kind is StorageKind.SQLITE:
