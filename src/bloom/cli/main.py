@@ -3,7 +3,7 @@
 import typer
 
 from bloom import __version__
-from bloom.cli import db, runtime, up
+from bloom.cli import bench, db, runtime, up
 
 app = typer.Typer(
     help="BLOOM Runtime: queue LLM tasks, lease them to Claude CLI workers, keep every result.",
@@ -13,6 +13,7 @@ app = typer.Typer(
 app.add_typer(runtime.app, name="runtime")
 app.add_typer(db.app, name="db")
 app.command("up")(up.up)
+app.command("bench")(bench.bench)
 
 
 @app.command()

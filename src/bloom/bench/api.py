@@ -1,0 +1,96 @@
+"""The runtime calls a simulated worker makes, counting every unexpected reply as an error."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bloom.bench.http import Endpoint, HttpConnection, Response
+
+API = "/api/runtime"
+MAX_SAMPLES = 5
+SUCCESS = {"status": "success", "output": "bench", "metrics": {"duration_ms": 1}}
+
+
+@dataclass(slots=True)
+class Tally:
+    """Requests sent and errors seen by all simulated workers of one run."""
+
+    errors: int = 0
+    samples: list[str] = field(default_factory=list)
+    connections: list[HttpConnection] = field(default_factory=list)
+
+    @property
+    def requests(self) -> int:
+        return sum(conn.requests for conn in self.connections)
+
+    def error(self, what: str, response: Response) -> None:
+        self.errors += 1
+        if len(self.samples) < MAX_SAMPLES:
+            body = response.body[:200].decode(errors="replace")
+            self.samples.append(f"{what}: HTTP {response.status} {body}")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    task_id: str
+    lease_id: str
+
+
+class RuntimeApi:
+    """One simulated worker's connection to the runtime."""
+
+    def __init__(self, endpoint: Endpoint, tally: Tally):
+        self.conn = HttpConnection(endpoint)
+        self.tally = tally
+        tally.connections.append(self.conn)
+
+    async def health(self) -> dict[str, Any]:
+        response = await self.conn.request("GET", f"{API}/health")
+        if response.status != 200:
+            self.tally.error("health", response)
+            return {}
+        return dict(response.json())
+
+    async def register_worker(self, name: str) -> bool:
+        body = {"name": name, "capabilities": {"claude_cli": True, "max_concurrency": 1}}
+        return self._ok("register", await self.conn.request("POST", f"{API}/workers", body))
+
+    async def remove_worker(self, name: str) -> bool:
+        response = await self.conn.request("DELETE", f"{API}/workers/{name}")
+        return self._ok("remove worker", response)
+
+    async def create_task(self, context_id: str) -> str | None:
+        """Queue a small task; its id, or None on an error."""
+        body = {"context_id": context_id, "agent_slug": "bench", "prompt": "bench"}
+        response = await self.conn.request("POST", f"{API}/llm-tasks", body)
+        if not self._ok("create", response):
+            return None
+        return str(response.json()["id"])
+
+    async def claim(self, worker: str, wait_seconds: float) -> Claim | None:
+        """Long-poll for a task: the claim, or None when none came (204) or on an error."""
+        body = {"wait_seconds": wait_seconds}
+        response = await self.conn.request("POST", f"{API}/workers/{worker}/claim", body)
+        if response.status == 204 or not self._ok("claim", response):
+            return None
+        reply = response.json()
+        return Claim(str(reply["task"]["id"]), str(reply["lease"]["id"]))
+
+    async def heartbeat(self, claim: Claim) -> bool:
+        path = f"{API}/llm-tasks/{claim.task_id}/heartbeat"
+        return self._ok(
+            "heartbeat", await self.conn.request("POST", path, {"lease_id": claim.lease_id})
+        )
+
+    async def complete(self, claim: Claim) -> bool:
+        path = f"{API}/llm-tasks/{claim.task_id}/complete"
+        body = SUCCESS | {"lease_id": claim.lease_id}
+        return self._ok("complete", await self.conn.request("POST", path, body))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _ok(self, what: str, response: Response) -> bool:
+        if 200 <= response.status < 300:
+            return True
+        self.tally.error(what, response)
+        return False

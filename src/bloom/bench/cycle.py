@@ -1,0 +1,168 @@
+"""Cycle mode: N simulated workers create → claim → heartbeat → complete for a bounded time.
+
+Only the measured window counts: a warm-up runs first, then `duration` seconds in which every
+completed cycle, claim request and create-to-claim interval is recorded. A claim may hand a worker
+the task another worker created, so create and claim instants are matched by task id. When the
+window closes, the workers take the tasks they created that are still queued (a short drain,
+not measured), so a run leaves no queued work behind, and unregister.
+"""
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from bloom.bench.api import Claim, RuntimeApi, Tally
+from bloom.bench.http import Endpoint
+from bloom.bench.stats import Latency
+
+CLAIM_WAIT_SEC = 5.0
+DRAIN_SEC = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    workers: int
+    warmup_sec: float
+    duration_sec: float
+    cycles: int
+    cycles_per_sec: float
+    claim: Latency
+    create_to_claim: Latency
+    requests: int
+    errors: int
+    error_samples: list[str]
+    client_cpu_ms_per_request: float | None
+
+
+@dataclass(slots=True)
+class _Recorder:
+    """What the simulated workers observed, on the `time.perf_counter` clock."""
+
+    start: float
+    end: float
+    cycles: int = 0
+    claim_latencies: list[float] = field(default_factory=list)
+    created: dict[str, float] = field(default_factory=dict)
+    claimed: dict[str, float] = field(default_factory=dict)
+    unclaimed: set[str] = field(default_factory=set)
+
+    def in_window(self, instant: float) -> bool:
+        return self.start <= instant < self.end
+
+    def on_created(self, task_id: str, instant: float) -> None:
+        self.created[task_id] = instant
+        if task_id not in self.claimed:  # the claim's reply may be read before the create's
+            self.unclaimed.add(task_id)
+
+    def on_claimed(self, task_id: str, instant: float) -> None:
+        self.claimed[task_id] = instant
+        self.unclaimed.discard(task_id)
+
+    def create_to_claim(self) -> list[float]:
+        """Per task created in the window: from its create reply to its claim reply."""
+        return [
+            max(0.0, self.claimed[task_id] - created)
+            for task_id, created in self.created.items()
+            if self.in_window(created) and task_id in self.claimed
+        ]
+
+
+class _SimulatedWorker:
+    def __init__(self, name: str, api: RuntimeApi, recorder: _Recorder):
+        self.name = name
+        self.api = api
+        self.rec = recorder
+
+    async def run(self) -> None:
+        n = 0
+        while time.perf_counter() < self.rec.end:
+            n += 1
+            task_id = await self.api.create_task(f"{self.name}-{n}")
+            if task_id is not None:
+                self.rec.on_created(task_id, time.perf_counter())
+            sent = time.perf_counter()
+            claim = await self.api.claim(self.name, CLAIM_WAIT_SEC)
+            received = time.perf_counter()
+            if self.rec.in_window(sent):
+                self.rec.claim_latencies.append(received - sent)
+            if claim is not None:
+                self.rec.on_claimed(claim.task_id, received)
+                if await self._finish(claim) and self.rec.in_window(time.perf_counter()):
+                    self.rec.cycles += 1
+
+    async def drain(self, deadline: float) -> None:
+        """Take the run's own tasks that are still queued, so none are left behind."""
+        while self.rec.unclaimed and time.perf_counter() < deadline:
+            claim = await self.api.claim(self.name, 0.2)
+            if claim is not None:
+                self.rec.on_claimed(claim.task_id, time.perf_counter())
+                await self._finish(claim)
+
+    async def _finish(self, claim: Claim) -> bool:
+        beat = await self.api.heartbeat(claim)
+        return await self.api.complete(claim) and beat
+
+
+async def run_cycles(
+    endpoint: Endpoint, *, workers: int, duration: float, warmup: float
+) -> CycleReport:
+    """Drive `workers` simulated workers against the runtime at `endpoint`."""
+    run = uuid.uuid4().hex[:8]
+    tally = Tally()
+    apis = [RuntimeApi(endpoint, tally) for _ in range(workers)]
+    try:
+        names = [f"bench-{run}-{i}" for i in range(workers)]
+        await asyncio.gather(*(api.conn.connect() for api in apis))
+        registered = await asyncio.gather(
+            *(api.register_worker(name) for api, name in zip(apis, names, strict=True))
+        )
+        if not all(registered):
+            raise RuntimeError(f"could not register the simulated workers: {tally.samples}")
+        start = time.perf_counter() + warmup
+        recorder = _Recorder(start=start, end=start + duration)
+        sims = [_SimulatedWorker(n, api, recorder) for n, api in zip(names, apis, strict=True)]
+        cpu = _CpuMeter(tally, recorder.start, recorder.end)
+        await asyncio.gather(*(sim.run() for sim in sims))
+        deadline = time.perf_counter() + DRAIN_SEC
+        await asyncio.gather(*(sim.drain(deadline) for sim in sims))
+        await asyncio.gather(
+            *(api.remove_worker(name) for api, name in zip(apis, names, strict=True))
+        )
+    finally:
+        for api in apis:
+            api.close()
+    return CycleReport(
+        workers=workers,
+        warmup_sec=warmup,
+        duration_sec=duration,
+        cycles=recorder.cycles,
+        cycles_per_sec=round(recorder.cycles / duration, 1),
+        claim=Latency.of(recorder.claim_latencies),
+        create_to_claim=Latency.of(recorder.create_to_claim()),
+        requests=tally.requests,
+        errors=tally.errors,
+        error_samples=tally.samples,
+        client_cpu_ms_per_request=cpu.ms_per_request(),
+    )
+
+
+class _CpuMeter:
+    """This process's CPU time per request over the measured window."""
+
+    def __init__(self, tally: Tally, start: float, end: float):
+        self.tally = tally
+        self.marks: list[tuple[float, int]] = []
+        loop = asyncio.get_running_loop()
+        now = time.perf_counter()
+        loop.call_later(max(0.0, start - now), self._mark)
+        loop.call_later(max(0.0, end - now), self._mark)
+
+    def _mark(self) -> None:
+        self.marks.append((time.process_time(), self.tally.requests))
+
+    def ms_per_request(self) -> float | None:
+        if len(self.marks) < 2 or self.marks[1][1] == self.marks[0][1]:
+            return None
+        (cpu0, req0), (cpu1, req1) = self.marks[:2]
+        return round((cpu1 - cpu0) * 1000 / (req1 - req0), 3)

@@ -1,0 +1,168 @@
+"""`bloom bench`: the lease engine's throughput and claim latency, measured through HTTP."""
+
+import asyncio
+import signal
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import orjson
+import typer
+import uvloop
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+from bloom.bench.http import HttpClientError
+from bloom.bench.report import as_json, render
+from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
+from bloom.bench.server import ServerError
+from bloom.storage import bulk
+from bloom.storage.database import DatabaseUrlError
+
+
+def _depths(value: str | None) -> list[int]:
+    if not value:
+        return []
+    try:
+        return [int(part.strip().replace("_", "")) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter("a comma list of numbers, e.g. 1000,100000,1000000") from None
+
+
+def bench(
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, max=512, help="Simulated workers.")
+    ] = 16,
+    duration: Annotated[
+        float, typer.Option(min=0.1, help="Measured seconds (after the warm-up).")
+    ] = 10.0,
+    warmup: Annotated[float, typer.Option(min=0, help="Warm-up seconds, not counted.")] = 2.0,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="Benchmark this running runtime (http://host:port) instead of starting one. "
+            "Its queue must hold no other work: the simulated workers claim whatever is queued."
+        ),
+    ] = None,
+    api_key: Annotated[
+        str, typer.Option(help="X-Runtime-API-Key for --url.", envvar="BLOOM_BENCH_API_KEY")
+    ] = "",
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Database of the server the bench starts (default: a fresh SQLite file in a "
+            "temp dir). A postgresql://… database must be empty of other work; it is migrated "
+            "and keeps the bench's tasks afterwards. With --url and --depth: that server's "
+            "database, where the queue is filled."
+        ),
+    ] = None,
+    server_workers: Annotated[
+        int,
+        typer.Option(min=1, max=64, help="Processes of the server the bench starts (PostgreSQL)."),
+    ] = 1,
+    depth: Annotated[
+        str | None,
+        typer.Option(
+            help="Depth mode: fill the queue to each of these depths (e.g. 1000,100000,1000000) "
+            "by bulk insert and measure claim latency there, instead of running cycles."
+        ),
+    ] = None,
+    claims: Annotated[
+        int, typer.Option(min=1, help="Depth mode: claims timed at each depth.")
+    ] = 300,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of tables.")
+    ] = False,
+) -> None:
+    """Benchmark the lease engine through its HTTP API.
+
+    Cycle mode (default): simulated workers loop create → claim → heartbeat → complete.
+
+    Prints full cycles/s, p50/p99 claim latency and create-to-claim latency.
+
+    Depth mode (--depth 1000,100000): claim latency with that many tasks queued.
+
+    Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
+
+    See docs/benchmarks.md.
+    """
+    err = Console(stderr=True)
+    options = BenchOptions(
+        workers=workers,
+        duration=duration,
+        warmup=warmup,
+        url=url,
+        api_key=api_key,
+        database_url=database_url,
+        server_workers=server_workers,
+        depths=_depths(depth),
+        claims=claims,
+    )
+    try:
+        with _progress(err, options) as status:
+            result = _run(options, status)
+    except bulk.QueueTooDeep as exc:
+        err.print(f"[bold red]bench failed:[/] {exc}; use an empty database", highlight=False)
+        raise typer.Exit(1) from None
+    except (BenchUsageError, DatabaseUrlError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except (ServerError, HttpClientError, RuntimeError) as exc:
+        err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err.print("bench interrupted; its server, if any, was stopped")
+        raise typer.Exit(130) from None
+    if json_output:
+        typer.echo(orjson.dumps(as_json(result), option=orjson.OPT_INDENT_2).decode())
+    else:
+        render(result, Console())
+    report = result.cycle or result.depth
+    if report is not None and report.errors:
+        raise typer.Exit(1)
+
+
+def _run(options: BenchOptions, progress: Progress) -> BenchResult:
+    def on_fill(depth: int, _total: int) -> bulk.Progress:
+        task = progress.add_task(f"filling queue to {depth:,}", total=None)
+
+        def advance(done: int, missing: int) -> None:
+            progress.update(task, completed=done, total=missing)
+
+        return advance
+
+    options.on_fill = on_fill
+    options.on_server = lambda where: progress.console.print(
+        f"runtime started: {where}", soft_wrap=True
+    )
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_until_terminated(run_bench(options)))
+
+
+async def _until_terminated(bench: Coroutine[Any, Any, BenchResult]) -> BenchResult:
+    """Run `bench`; SIGTERM cancels it like Ctrl-C does, so its server is stopped too."""
+    task = asyncio.ensure_future(bench)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+@contextmanager
+def _progress(console: Console, options: BenchOptions) -> Iterator[Progress]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        if not options.depths:
+            seconds = options.warmup + options.duration
+            progress.add_task(
+                f"{options.workers} workers, {options.warmup:g} s warm-up + "
+                f"{options.duration:g} s measured ({seconds:g} s)",
+                total=None,
+            )
+        yield progress
