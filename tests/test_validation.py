@@ -1,0 +1,488 @@
+"""Request validation: every body and list filter is checked, and refusals use zod's flattened
+400 shape `{"error": {"formErrors": [...], "fieldErrors": {"<top-level field>": [...]}}}`."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import insert
+
+from bloom.domain.ids import new_id
+from bloom.storage.tables import audit_logs
+from tests.support.api import API, create_task, register_worker
+from tests.support.clock import FakeClock
+
+TASK = {"context_id": "ctx-1", "agent_slug": "default", "prompt": "Say hello"}
+COMPLETE = {"status": "success", "output": "done", "metrics": {"duration_ms": 5}}
+WORKER = {"name": "w-new"}
+CONFIG = {"membridge_server_url": "http://membridge:8000", "admin_key": "admin-key-123"}
+MALFORMED = "Malformed JSON body"
+NOT_AN_OBJECT = "Input should be a valid dictionary or object to extract fields from"
+
+
+@dataclass(frozen=True)
+class World:
+    """A worker w1 (two slots), a queued task and a task leased to w1."""
+
+    queued: dict[str, Any]
+    leased: dict[str, Any]
+    lease: dict[str, Any]
+
+
+@pytest.fixture
+async def world(client: httpx.AsyncClient) -> World:
+    await register_worker(client, "w1", slots=2)
+    leased = await create_task(client, context_id="ctx-leased")
+    granted = await client.post(f"{API}/llm-tasks/{leased['id']}/lease")
+    assert granted.status_code == 201, granted.text
+    queued = await create_task(client, context_id="ctx-queued")
+    return World(queued=queued, leased=leased, lease=granted.json()["lease"])
+
+
+ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
+    "create": ("/llm-tasks", TASK),
+    "lease": ("/llm-tasks/{queued}/lease", {}),
+    "heartbeat": ("/llm-tasks/{leased}/heartbeat", {}),
+    "complete": ("/llm-tasks/{leased}/complete", COMPLETE),
+    "register": ("/workers", WORKER),
+    "claim": ("/workers/w1/claim", {"wait_seconds": 0}),
+    "config": ("/config", CONFIG),
+}
+
+
+def url(world: World, route: str) -> str:
+    path = ROUTES[route][0].format(queued=world.queued["id"], leased=world.leased["id"])
+    return f"{API}{path}"
+
+
+def body(route: str, changes: dict[str, Any]) -> dict[str, Any]:
+    return ROUTES[route][1] | changes
+
+
+def assert_field_error(response: httpx.Response, field: str) -> None:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["formErrors"] == []
+    assert list(error["fieldErrors"]) == [field]
+    messages = error["fieldErrors"][field]
+    assert messages
+    assert all(isinstance(m, str) and m for m in messages)
+
+
+WRONG_VALUES: list[tuple[str, dict[str, Any], str]] = [
+    # create (seed insertLLMTaskSchema, plus priority and idempotency_key)
+    ("create", {"prompt": 5}, "prompt"),
+    ("create", {"prompt": ""}, "prompt"),
+    ("create", {"prompt": None}, "prompt"),
+    ("create", {"context_id": 1}, "context_id"),
+    ("create", {"context_id": ""}, "context_id"),
+    ("create", {"agent_slug": ["default"]}, "agent_slug"),
+    ("create", {"max_attempts": "3"}, "max_attempts"),
+    ("create", {"max_attempts": 0}, "max_attempts"),
+    ("create", {"max_attempts": 11}, "max_attempts"),
+    ("create", {"max_attempts": 2.5}, "max_attempts"),
+    ("create", {"max_attempts": True}, "max_attempts"),
+    ("create", {"policy": {"timeout_sec": 0}}, "policy"),
+    ("create", {"policy": {"timeout_sec": 3601}}, "policy"),
+    ("create", {"policy": {"timeout_sec": "120"}}, "policy"),
+    ("create", {"policy": {"budget": -1}}, "policy"),
+    ("create", {"policy": {"budget": "5"}}, "policy"),
+    ("create", {"policy": "fast"}, "policy"),
+    ("create", {"context_hints": {"file": "a.md"}}, "context_hints"),
+    ("create", {"context_hints": "a.md"}, "context_hints"),
+    ("create", {"context_hints": [1]}, "context_hints"),
+    ("create", {"desired_format": "xml"}, "desired_format"),
+    ("create", {"priority": "1"}, "priority"),
+    ("create", {"priority": 5000}, "priority"),
+    ("create", {"idempotency_key": ""}, "idempotency_key"),
+    ("create", {"idempotency_key": 5}, "idempotency_key"),
+    # lease
+    ("lease", {"worker_id": 5}, "worker_id"),
+    ("lease", {"worker_id": ""}, "worker_id"),
+    ("lease", {"ttl_seconds": "300"}, "ttl_seconds"),
+    ("lease", {"ttl_seconds": 0}, "ttl_seconds"),
+    ("lease", {"ttl_seconds": -5}, "ttl_seconds"),
+    ("lease", {"ttl_seconds": 1.5}, "ttl_seconds"),
+    ("lease", {"ttl_seconds": 86_401}, "ttl_seconds"),
+    # heartbeat
+    ("heartbeat", {"lease_id": 5}, "lease_id"),
+    ("heartbeat", {"lease_id": ""}, "lease_id"),
+    ("heartbeat", {"worker_id": ["w1"]}, "worker_id"),
+    # complete (seed completeTaskSchema, plus fencing and error codes)
+    ("complete", {"status": "ok"}, "status"),
+    ("complete", {"status": None}, "status"),
+    ("complete", {"output": 5}, "output"),
+    ("complete", {"error_message": 5}, "error_message"),
+    ("complete", {"metrics": None}, "metrics"),
+    ("complete", {"metrics": {}}, "metrics"),
+    ("complete", {"metrics": {"duration_ms": -1}}, "metrics"),
+    ("complete", {"metrics": {"duration_ms": "5"}}, "metrics"),
+    ("complete", {"metrics": {"duration_ms": 1.5}}, "metrics"),
+    ("complete", {"metrics": {"duration_ms": 5, "tokens_used": -1}}, "metrics"),
+    ("complete", {"metrics": {"duration_ms": 5, "tokens_used": "10"}}, "metrics"),
+    ("complete", {"artifact_type": ""}, "artifact_type"),
+    ("complete", {"artifact_tags": "tag"}, "artifact_tags"),
+    ("complete", {"error_code": "oops"}, "error_code"),
+    ("complete", {"retry_at": "soon"}, "retry_at"),
+    ("complete", {"lease_id": 5}, "lease_id"),
+    ("complete", {"worker_id": ""}, "worker_id"),
+    # register (seed registerWorkerSchema; names safe in URLs)
+    ("register", {"name": 5}, "name"),
+    ("register", {"name": ""}, "name"),
+    ("register", {"name": "a/b"}, "name"),
+    ("register", {"name": "x" * 129}, "name"),
+    ("register", {"status": "busy"}, "status"),
+    ("register", {"url": 5}, "url"),
+    ("register", {"capabilities": {"max_concurrency": 0}}, "capabilities"),
+    ("register", {"capabilities": {"max_concurrency": 33}}, "capabilities"),
+    ("register", {"capabilities": {"max_concurrency": "2"}}, "capabilities"),
+    ("register", {"capabilities": {"claude_cli": "yes"}}, "capabilities"),
+    ("register", {"capabilities": {"labels": "prod"}}, "capabilities"),
+    ("register", {"capabilities": "all"}, "capabilities"),
+    ("register", {"ip_addrs": "10.0.0.1"}, "ip_addrs"),
+    ("register", {"ip_addrs": [1]}, "ip_addrs"),
+    # claim
+    ("claim", {"wait_seconds": "1"}, "wait_seconds"),
+    ("claim", {"wait_seconds": -1}, "wait_seconds"),
+    ("claim", {"wait_seconds": 121}, "wait_seconds"),
+    ("claim", {"ttl_seconds": 0}, "ttl_seconds"),
+    # config (seed runtimeConfigSchema)
+    ("config", {"membridge_server_url": "not a url"}, "membridge_server_url"),
+    ("config", {"membridge_server_url": 5}, "membridge_server_url"),
+    ("config", {"membridge_server_url": "ftp://membridge"}, "membridge_server_url"),
+    ("config", {"admin_key": ""}, "admin_key"),
+    ("config", {"admin_key": 12345678}, "admin_key"),
+]
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+async def test_wrong_values_are_400_naming_the_field(
+    client: httpx.AsyncClient, world: World, route: str
+) -> None:
+    """A wrong type or out-of-range value answers 400 with exactly that top-level field in
+    fieldErrors (nested problems are grouped under their top-level field, as zod does)."""
+    cases = [(changes, field) for r, changes, field in WRONG_VALUES if r == route]
+    assert cases
+    for changes, field in cases:
+        response = await client.post(url(world, route), json=body(route, changes))
+        try:
+            assert_field_error(response, field)
+        except AssertionError as failed:
+            raise AssertionError(f"{route} {changes!r}: {response.text}") from failed
+
+
+async def test_nested_messages_say_which_inner_field_is_wrong(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """A nested error is reported under its top-level field, its message naming the inner one."""
+    response = await client.post(
+        url(world, "create"), json=body("create", {"policy": {"timeout_sec": 0}})
+    )
+    assert_field_error(response, "policy")
+    assert response.json()["error"]["fieldErrors"]["policy"][0].startswith("timeout_sec")
+
+
+@pytest.mark.parametrize(
+    ("route", "sent", "missing"),
+    [
+        ("create", {}, ["context_id", "agent_slug", "prompt"]),
+        ("create", {"context_id": "c", "agent_slug": "a"}, ["prompt"]),
+        ("complete", {}, ["status", "metrics"]),
+        ("complete", {"status": "success", "output": "x"}, ["metrics"]),
+        ("register", {}, ["name"]),
+        ("register", {"status": "online", "capabilities": {}}, ["name"]),
+        ("config", {}, ["membridge_server_url", "admin_key"]),
+        # the seed's docs show `membridge_admin_key`, which the seed itself refuses
+        (
+            "config",
+            {"membridge_server_url": "http://m:8000", "membridge_admin_key": "k"},
+            ["admin_key"],
+        ),
+    ],
+)
+async def test_missing_required_fields_are_named(
+    client: httpx.AsyncClient,
+    world: World,
+    route: str,
+    sent: dict[str, Any],
+    missing: list[str],
+) -> None:
+    """Every missing required field appears in fieldErrors as ["Required"], and only those."""
+    response = await client.post(url(world, route), json=sent)
+    assert response.status_code == 400, response.text
+    assert response.json() == {
+        "error": {"formErrors": [], "fieldErrors": {name: ["Required"] for name in missing}}
+    }
+
+
+async def test_malformed_json_is_400_form_error(client: httpx.AsyncClient, world: World) -> None:
+    """A body that is not JSON answers 400 with a form error (no field to blame), on every
+    route that takes a body."""
+    for route in ROUTES:
+        for raw in (b"{nope", b'{"prompt": "unterminated', b"{'single': 1}"):
+            response = await client.post(
+                url(world, route), content=raw, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 400, (route, raw, response.text)
+            assert response.json() == {"error": {"formErrors": [MALFORMED], "fieldErrors": {}}}
+
+
+async def test_json_that_is_not_an_object_is_400_form_error(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """A JSON array, string or number where an object belongs is a form error, on every route
+    that takes a body."""
+    for route in ROUTES:
+        for sent in ([], ["a"], "text", 5):
+            response = await client.post(url(world, route), json=sent)
+            assert response.status_code == 400, (route, sent, response.text)
+            expected = {"error": {"formErrors": [NOT_AN_OBJECT], "fieldErrors": {}}}
+            assert response.json() == expected, (route, sent)
+
+
+@pytest.mark.parametrize(
+    ("sent", "rule"),
+    [
+        ({"status": "success", "metrics": {"duration_ms": 5}}, "output is required"),
+        (
+            {"status": "success", "output": None, "metrics": {"duration_ms": 5}},
+            "output is required",
+        ),
+        (
+            {"status": "error", "output": "partial", "metrics": {"duration_ms": 5}},
+            "error_message is required",
+        ),
+        (
+            {"status": "error", "error_message": None, "metrics": {"duration_ms": 5}},
+            "error_message is required",
+        ),
+    ],
+)
+async def test_complete_envelope_rules(
+    client: httpx.AsyncClient, world: World, sent: dict[str, Any], rule: str
+) -> None:
+    """Success needs an output and error needs an error_message (the seed's proxy spec): 400,
+    reported as a form error that names the missing field."""
+    response = await client.post(url(world, "complete"), json=sent)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["fieldErrors"] == {}
+    assert len(error["formErrors"]) == 1
+    assert rule in error["formErrors"][0]
+
+
+async def test_body_is_validated_before_the_task_is_looked_up(client: httpx.AsyncClient) -> None:
+    """An invalid body answers 400 even for an unknown task (validation comes first)."""
+    response = await client.post(f"{API}/llm-tasks/no-such-task/complete", json={"status": "ok"})
+    assert response.status_code == 400
+    response = await client.post(f"{API}/llm-tasks/no-such-task/lease", json={"ttl_seconds": 0})
+    assert_field_error(response, "ttl_seconds")
+
+
+async def test_invalid_bodies_change_nothing(client: httpx.AsyncClient, world: World) -> None:
+    """Refused requests leave tasks, leases, workers and the audit log exactly as they were."""
+    snapshot_paths = ["/llm-tasks", "/leases", "/workers", "/audit", "/stats", "/config"]
+    before = [(await client.get(f"{API}{path}")).json() for path in snapshot_paths]
+    for route, changes, _ in WRONG_VALUES:
+        if route == "claim":
+            continue  # a valid-looking claim is a long poll; its refusals are covered above
+        response = await client.post(url(world, route), json=body(route, changes))
+        assert response.status_code == 400
+    after = [(await client.get(f"{API}{path}")).json() for path in snapshot_paths]
+    assert after == before
+
+
+async def test_unknown_keys_are_dropped_not_rejected(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """As zod did: extra keys (the docs' `priority` typo'd, agent metadata, anything) are
+    ignored, and never echoed back."""
+    created = await client.post(
+        url(world, "create"), json=TASK | {"job_id": "j-1", "colour": "blue", "policy": {"x": 1}}
+    )
+    assert created.status_code == 201, created.text
+    assert "colour" not in created.json()
+    assert "job_id" not in created.json()
+    assert created.json()["policy"] == {"timeout_sec": 120, "budget": 0}
+
+    registered = await client.post(
+        url(world, "register"),
+        json={"name": "w-extra", "colour": "blue", "capabilities": {"gpu": True}},
+    )
+    assert registered.status_code == 201, registered.text
+    assert "colour" not in registered.json()
+    assert registered.json()["capabilities"] == {
+        "claude_cli": True,
+        "max_concurrency": 1,
+        "labels": [],
+    }
+
+    configured = await client.post(url(world, "config"), json=CONFIG | {"colour": "blue"})
+    assert configured.status_code == 200, configured.text
+    assert "colour" not in configured.json()
+
+    beat = await client.post(url(world, "heartbeat"), json={"colour": "blue"})
+    assert beat.status_code == 200, beat.text
+    done = await client.post(url(world, "complete"), json=COMPLETE | {"colour": "blue"})
+    assert done.status_code == 200, done.text
+    assert done.json()["task"]["status"] == "completed"
+
+
+async def test_optional_bodies_may_be_empty_or_absent(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """Lease and heartbeat take no body at all, an empty one with a JSON content type (what the
+    seed's agent sends), or {}."""
+    lease = await client.post(url(world, "lease"))
+    assert lease.status_code == 201, lease.text
+    for raw in (b"", b"{}"):
+        beat = await client.post(
+            url(world, "heartbeat"), content=raw, headers={"content-type": "application/json"}
+        )
+        assert beat.status_code == 200, beat.text
+    assert (await client.post(url(world, "heartbeat"))).status_code == 200
+    await register_worker(client, "w2")
+    other = await create_task(client)
+    lease = await client.post(
+        f"{API}/llm-tasks/{other['id']}/lease",
+        content=b"",
+        headers={"content-type": "application/json"},
+    )
+    assert lease.status_code == 201, lease.text
+
+
+async def test_idempotency_key_header_and_body_must_agree(client: httpx.AsyncClient) -> None:
+    """An Idempotency-Key header that contradicts the body's idempotency_key is a 400 on that
+    field; agreeing ones are fine."""
+    response = await client.post(
+        f"{API}/llm-tasks",
+        json=TASK | {"idempotency_key": "key-a"},
+        headers={"Idempotency-Key": "key-b"},
+    )
+    assert_field_error(response, "idempotency_key")
+    response = await client.post(
+        f"{API}/llm-tasks",
+        json=TASK | {"idempotency_key": "key-a"},
+        headers={"Idempotency-Key": "key-a"},
+    )
+    assert response.status_code == 201
+
+
+# list filters
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/llm-tasks?status=bogus", "status"),
+        ("/llm-tasks?status=QUEUED", "status"),
+        ("/llm-tasks?limit=0", "limit"),
+        ("/llm-tasks?limit=-1", "limit"),
+        ("/llm-tasks?limit=ten", "limit"),
+        ("/llm-tasks?offset=-1", "offset"),
+        ("/leases?status=bogus", "status"),
+        ("/leases?limit=0", "limit"),
+        ("/artifacts?limit=0", "limit"),
+        ("/audit?limit=-1", "limit"),
+        ("/audit?limit=ten", "limit"),
+    ],
+)
+async def test_bad_list_filters_are_400_naming_the_parameter(
+    client: httpx.AsyncClient, path: str, field: str
+) -> None:
+    """An unknown status or a bad limit/offset is refused (the seed silently returned [] for
+    an unknown status, and 500 for a negative audit limit)."""
+    assert_field_error(await client.get(f"{API}{path}"), field)
+
+
+@pytest.mark.parametrize(
+    "status", ["queued", "leased", "running", "completed", "failed", "dead", "cancelled"]
+)
+async def test_every_task_status_is_a_valid_filter(client: httpx.AsyncClient, status: str) -> None:
+    """Each task status filters (an empty list on a fresh database)."""
+    response = await client.get(f"{API}/llm-tasks", params={"status": status})
+    assert response.status_code == 200
+    assert response.json() == []
+
+
+async def test_status_filter_selects_exactly_that_status(
+    client: httpx.AsyncClient, world: World
+) -> None:
+    """?status= returns only tasks (and leases) in that status."""
+    queued = (await client.get(f"{API}/llm-tasks", params={"status": "queued"})).json()
+    assert [t["id"] for t in queued] == [world.queued["id"]]
+    leased = (await client.get(f"{API}/llm-tasks", params={"status": "leased"})).json()
+    assert [t["id"] for t in leased] == [world.leased["id"]]
+    active = (await client.get(f"{API}/leases", params={"status": "active"})).json()
+    assert [lease["id"] for lease in active] == [world.lease["id"]]
+    assert (await client.get(f"{API}/leases", params={"status": "expired"})).json() == []
+
+
+async def add_audit_entries(client: httpx.AsyncClient, count: int, clock: FakeClock) -> None:
+    container = client.app.state.container  # type: ignore[attr-defined]
+    rows = [
+        {
+            "id": new_id(clock.now + i),
+            "timestamp": clock.now + i,
+            "action": "test_entry",
+            "entity_type": "test",
+            "entity_id": str(i),
+            "actor": "test",
+            "detail": f"entry {i}",
+        }
+        for i in range(count)
+    ]
+    async with container.db.write() as tx:
+        await tx.conn.execute(insert(audit_logs), rows)
+
+
+async def test_audit_limit_defaults_to_100_and_is_capped_at_1000(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """?limit=0 or none: 100 entries (the seed's default); ?limit=5000: at most 1000 (the seed
+    had no cap); a small limit returns the newest entries first."""
+    await add_audit_entries(client, 1_005, clock)
+
+    async def count(query: str) -> int:
+        response = await client.get(f"{API}/audit{query}")
+        assert response.status_code == 200, response.text
+        return len(response.json())
+
+    assert await count("") == 100
+    assert await count("?limit=0") == 100
+    assert await count("?limit=5000") == 1000
+    assert await count("?limit=1000") == 1000
+    assert await count("?limit=250") == 250
+    newest = (await client.get(f"{API}/audit", params={"limit": 5})).json()
+    assert [entry["entity_id"] for entry in newest] == ["1004", "1003", "1002", "1001", "1000"]
+
+
+async def test_list_limits_are_capped(client: httpx.AsyncClient, world: World) -> None:
+    """Huge limits are accepted and simply capped; limit and offset page through tasks."""
+    many = await client.get(f"{API}/llm-tasks", params={"limit": 10**9})
+    assert many.status_code == 200
+    assert len(many.json()) == 2
+    first = (await client.get(f"{API}/llm-tasks", params={"limit": 1})).json()
+    second = (await client.get(f"{API}/llm-tasks", params={"limit": 1, "offset": 1})).json()
+    assert [t["id"] for t in first + second] == [world.queued["id"], world.leased["id"]]
+    assert (await client.get(f"{API}/leases", params={"limit": 10**9})).status_code == 200
+    assert (await client.get(f"{API}/artifacts", params={"limit": 10**9})).status_code == 200
+
+
+async def test_the_base_bodies_are_valid(client: httpx.AsyncClient, world: World) -> None:
+    """The bodies the cases above start from are accepted as they are, so each 400 above is
+    caused by the one change the case makes."""
+    expected = {
+        "create": {201},
+        "lease": {201},
+        "heartbeat": {200},
+        "complete": {200},
+        "register": {201},
+        "claim": {200, 204},
+        "config": {200},
+    }
+    assert set(expected) == set(ROUTES)
+    for route, statuses in expected.items():
+        response = await client.post(url(world, route), json=body(route, {}))
+        assert response.status_code in statuses, (route, response.text)
