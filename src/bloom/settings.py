@@ -8,7 +8,7 @@ aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOO
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -82,3 +82,26 @@ class RuntimeSettings(BaseSettings):
     @property
     def resolved_artifact_dir(self) -> Path:
         return self.artifact_dir or self.data_dir / "artifacts"
+
+
+class SettingsError(ValueError):
+    """The environment holds a value we cannot use; the message names the variable."""
+
+
+def load_runtime_settings(**overrides: object) -> RuntimeSettings:
+    """Settings from the environment (and `overrides`), with errors fit for a person."""
+    try:
+        settings = RuntimeSettings()
+    except ValidationError as exc:
+        problems = [f"{_env_names(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors() if e["loc"]]
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None
+    return settings.model_copy(update=overrides) if overrides else settings
+
+
+def _env_names(name: str) -> str:
+    """All the environment names of the setting that `name` (one of them) belongs to."""
+    for field in RuntimeSettings.model_fields.values():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices) and name in alias.choices:
+            return " or ".join(str(choice) for choice in alias.choices)
+    return name

@@ -2,9 +2,8 @@
 
 import typer
 
-from bloom.settings import RuntimeSettings
+from bloom.cli.common import runtime_settings
 from bloom.storage import migrate
-from bloom.storage.database import DatabaseUrlError, resolve_database
 
 app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -12,11 +11,7 @@ app = typer.Typer(help="Database schema.", no_args_is_help=True)
 @app.command()
 def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Migrate the runtime's database (DATABASE_URL, or SQLite under BLOOM_DATA_DIR)."""
-    settings = RuntimeSettings()
-    try:
-        target = resolve_database(settings.database_url, settings.data_dir)
-    except DatabaseUrlError as exc:
-        raise typer.BadParameter(str(exc), param_hint="DATABASE_URL") from None
+    _, target = runtime_settings()
     typer.echo(f"Migrating {target.display} to {revision} …")
     migrate.upgrade(target, revision)
     typer.echo(f"At revision {migrate.current_revision(target)}.")
@@ -25,7 +20,6 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> 
 @app.command()
 def current() -> None:
     """Show the database's schema revision and the newest one this version knows."""
-    settings = RuntimeSettings()
-    target = resolve_database(settings.database_url, settings.data_dir)
+    _, target = runtime_settings()
     typer.echo(f"database: {migrate.current_revision(target) or 'empty'}")
     typer.echo(f"head:     {migrate.head_revision()}")

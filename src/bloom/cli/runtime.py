@@ -5,11 +5,11 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from bloom.cli.common import runtime_settings
 from bloom.logging import configure_logging
 from bloom.runtime.app import create_app
-from bloom.settings import RuntimeSettings
 from bloom.storage import migrate
-from bloom.storage.database import DatabaseUrlError, StorageKind, resolve_database
+from bloom.storage.database import StorageKind
 
 app = typer.Typer(help="The runtime server.", no_args_is_help=True)
 
@@ -26,14 +26,8 @@ def serve(
     ] = True,
 ) -> None:
     """Serve the runtime API (default 127.0.0.1:5000)."""
-    settings = RuntimeSettings()
-    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
-    settings = settings.model_copy(update=overrides)
+    settings, target = runtime_settings(host=host, port=port)
     configure_logging(settings.log_level, settings.log_format)
-    try:
-        target = resolve_database(settings.database_url, settings.data_dir)
-    except DatabaseUrlError as exc:
-        raise typer.BadParameter(str(exc), param_hint="DATABASE_URL") from None
     if workers > 1 and target.kind is StorageKind.SQLITE:
         raise typer.BadParameter("several processes need PostgreSQL", param_hint="--workers")
     if migrate_db and settings.migrate_on_start:

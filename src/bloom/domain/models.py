@@ -33,7 +33,6 @@ class Task:
     not_before: int | None = None
     cancel_requested: bool = False
     last_error: str | None = None
-    preferred_worker_id: str | None = None
     session_id: str | None = None
 
 

@@ -43,7 +43,7 @@ class RetryPolicy:
 
     def backoff_ms(self, attempts: int) -> int:
         """Delay before the attempt that follows `attempts` finished attempts (1-based)."""
-        exponent = max(attempts - 1, 0)
+        exponent = min(max(attempts - 1, 0), 64)  # past 2**64 the cap has long applied
         return int(min(self.base_ms * self.factor**exponent, self.max_ms))
 
 

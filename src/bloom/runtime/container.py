@@ -17,7 +17,7 @@ from bloom.services.tasks import TaskService
 from bloom.services.workers import WorkerService
 from bloom.settings import RuntimeSettings
 from bloom.storage.database import Database, StorageKind, resolve_database
-from bloom.storage.listener import QueueListener
+from bloom.storage.notifications import QueueListener, QueuePublisher
 
 
 @dataclass
@@ -46,7 +46,8 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         pool_size=settings.db_pool_size,
         sqlite_synchronous=settings.sqlite_synchronous,
     )
-    signal = QueueSignal()
+    is_postgres = db.kind is StorageKind.POSTGRESQL
+    signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
     stores: dict[str, ArtifactStore] = {
         "db": DatabaseStore(),
         "fs": FileStore(settings.resolved_artifact_dir),
@@ -80,6 +81,6 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         reaper=reaper,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
-    if db.kind is StorageKind.POSTGRESQL:
+    if is_postgres:
         container.loops.append(QueueListener(db.target, signal.wake))
     return container

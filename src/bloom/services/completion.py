@@ -30,7 +30,8 @@ FAILURE_ACTIONS = {
 @dataclass(frozen=True, slots=True)
 class Beat:
     lease: Lease
-    task: Task
+    task_status: str
+    cancel_requested: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +77,16 @@ class CompletionService:
         lease_id: str | None,
         worker_id: str | None,
         *,
-        leaseless: type[NotFound | Conflict],
+        completing: bool,
     ) -> tuple[Task, Lease]:
         """The task and the lease the caller names (default: the task's current one), checked to
-        belong together. `leaseless` is raised when the caller names none and the task has none."""
-        task = await tx.tasks.get(task_id)
-        if task is None:
-            raise NotFound("Task not found" if leaseless is Conflict else TASK_OR_LEASE_NOT_FOUND)
-        lease_id = lease_id or task.lease_id
-        if lease_id is None:
-            if leaseless is Conflict:
-                raise Conflict(f"Task status is '{task.status}', expected 'leased' or 'running'")
-            raise NotFound(TASK_OR_LEASE_NOT_FOUND)
-        lease = await tx.leases.get(lease_id)
+        belong together and to the caller."""
+        found = await tx.leases.task_with_lease(task_id, lease_id)
+        if found is None:
+            raise NotFound("Task not found" if completing else TASK_OR_LEASE_NOT_FOUND)
+        task, lease = found
+        if lease is None and lease_id is None and completing:
+            raise Conflict(f"Task status is '{task.status}', expected 'leased' or 'running'")
         if lease is None or lease.task_id != task_id:
             raise NotFound(TASK_OR_LEASE_NOT_FOUND)
         if worker_id is not None and lease.worker_id != worker_id:
@@ -103,32 +101,35 @@ class CompletionService:
         """Extend a live lease; the first heartbeat moves the task from leased to running."""
         now = self.clock()
         async with self.db.write() as tx:
-            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, leaseless=NotFound)
-            if task.lease_id != lease.id or task.status not in IN_FLIGHT:
+            if lease_id is None:
+                task = await tx.tasks.get(task_id)
+                if task is None or task.lease_id is None:
+                    raise NotFound(TASK_OR_LEASE_NOT_FOUND)
+                lease_id = task.lease_id
+            renewal = await tx.leases.renew(lease_id, task_id, now)
+            if renewal is None or (worker_id is not None and renewal.lease.worker_id != worker_id):
+                task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=False)
                 raise _lapsed(lease, task, now)
-            renewed = await tx.leases.renew(lease.id, now)
-            if renewed is None:
-                raise _lapsed(lease, task, now)
-            if task.status == TaskStatus.LEASED:
+            lease, status = renewal.lease, renewal.task_status
+            if status == TaskStatus.LEASED:
                 running = await tx.tasks.transition(
-                    task.id,
+                    task_id,
                     from_statuses=[TaskStatus.LEASED],
                     lease_id=lease.id,
                     values={"status": TaskStatus.RUNNING, "updated_at": now},
                 )
-                if running is None:
-                    raise _lapsed(lease, task, now)
-                task = running
-                await tx.audit.add(
-                    now,
-                    "task_running",
-                    "llm_task",
-                    task.id,
-                    renewed.worker_id,
-                    f"Worker {renewed.worker_id} started lease {lease.id}",
-                    task_id=task.id,
-                )
-        return Beat(renewed, task)
+                if running is not None:
+                    status = running.status
+                    await tx.audit.add(
+                        now,
+                        "task_running",
+                        "llm_task",
+                        task_id,
+                        lease.worker_id,
+                        f"Worker {lease.worker_id} started lease {lease.id}",
+                        task_id=task_id,
+                    )
+        return Beat(lease, status, renewal.cancel_requested)
 
     async def complete(
         self,
@@ -143,13 +144,10 @@ class CompletionService:
         stored = await self.store.put(completion.output) if completion.output is not None else None
         now = self.clock()
         async with self.db.write() as tx:
-            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, leaseless=Conflict)
-            replay = await self._replay(tx, lease, completion)
-            if replay is not None:
-                return replay
+            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=True)
             released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
             if released is None:
-                # A concurrent complete of this lease may have won: then it is a replay.
+                # Already ended: by this same complete sent before (a replay), or for good.
                 replay = await self._replay(tx, lease, completion)
                 if replay is not None:
                     return replay
@@ -180,8 +178,7 @@ class CompletionService:
                 await tx.artifacts.insert(artifact)
             await tx.results.insert(result)
             await self._audit(tx, finished, artifact, completion, lease, now)
-            await tx.notify_queue()  # a slot freed, and maybe a task requeued
-        self.signal.wake()
+        self.signal.changed()
         return Completed(finished, artifact, result, replayed=False)
 
     async def _replay(

@@ -33,7 +33,7 @@ class ConfigService:
 
     async def get(self) -> RuntimeConfig:
         async with self.db.read() as tx:
-            stored = await tx.settings.all()
+            stored = await tx.settings.all_values()
         last_test = stored.get(LAST_TEST_KEY)
         return RuntimeConfig(
             membridge_server_url=stored.get(URL_KEY, self.default_url),

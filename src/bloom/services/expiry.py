@@ -2,7 +2,7 @@
 
 from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
-from bloom.domain.states import IN_FLIGHT, LeaseStatus, TaskStatus
+from bloom.domain.states import IN_FLIGHT, TaskStatus
 from bloom.services.clock import Clock
 from bloom.services.signals import QueueSignal
 from bloom.storage.database import Database
@@ -66,9 +66,7 @@ class LeaseReaper:
             if not await tx.try_singleton_lock(REAPER_LOCK_KEY):
                 return 0
             for lease_id in await tx.leases.overdue_ids(now, self.batch):
-                lease = await tx.leases.end(
-                    lease_id, LeaseStatus.EXPIRED, now, only_if_expired=True
-                )
+                lease = await tx.leases.expire(lease_id, now)
                 if lease is None:  # renewed or ended since we listed it
                     continue
                 expired += 1
@@ -84,10 +82,8 @@ class LeaseReaper:
                 await release_task_of_lost_lease(
                     tx, lease, now, actor="reaper", reason="Lease expired"
                 )
-            if expired:
-                await tx.notify_queue()
         if expired:
-            self.signal.wake()
+            self.signal.changed()
         return expired
 
     async def next_expiry(self) -> int | None:

@@ -18,7 +18,6 @@ from bloom.services.errors import Conflict, NotFound, Unavailable
 from bloom.services.signals import QueueSignal, wait_for_signal
 from bloom.storage.database import Database
 from bloom.storage.repositories import Repositories
-from bloom.storage.tables import llm_tasks
 
 NO_WORKER = "No available worker with free capacity"
 
@@ -47,17 +46,6 @@ def _load(worker: Worker, active: int) -> WorkerLoad:
         active_leases=active,
         last_heartbeat=worker.last_heartbeat,
     )
-
-
-def _leased_values(lease_id: str, worker_id: str, now: int) -> dict[str, object]:
-    return {
-        "status": TaskStatus.LEASED,
-        "lease_id": lease_id,
-        "worker_id": worker_id,
-        "attempts": llm_tasks.c.attempts + 1,
-        "preferred_worker_id": worker_id,
-        "updated_at": now,
-    }
 
 
 class LeaseService:
@@ -91,15 +79,13 @@ class LeaseService:
                 last_heartbeat=now,
                 context_id=task.context_id,
             )
-            leased = await tx.tasks.transition(
-                task.id,
-                from_statuses=[TaskStatus.QUEUED],
-                values=_leased_values(lease.id, worker.id, now),
+            leased = await tx.tasks.lease_queued(
+                task.id, lease_id=lease.id, worker_id=worker.id, now=now
             )
             if leased is None:
                 raise Conflict("Task status changed while leasing; expected 'queued'")
             await self._record_grant(tx, lease, now, actor="router")
-        self.signal.wake()  # the worker's waiting claim picks the new lease up
+        self.signal.changed()  # the worker's waiting claim picks the new lease up
         worker.active_leases += 1
         return lease, worker
 
@@ -125,10 +111,9 @@ class LeaseService:
             del loads[choice.id]  # filled up (or vanished) since we looked: try the next
         raise Unavailable(NO_WORKER)
 
-    async def _record_grant(self, tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
+    @staticmethod
+    async def _record_grant(tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
         await tx.leases.insert(lease)
-        if lease.context_id is not None:
-            await tx.tasks.prefer_worker_for_context(lease.context_id, lease.worker_id, now)
         await tx.audit.add(
             now,
             "task_leased",
@@ -171,29 +156,28 @@ class LeaseService:
         now = self.clock()
         ttl = ttl_sec or self.settings.ttl_sec
         async with self.db.write() as tx:
-            worker = await (
-                tx.workers.touch(worker_id, now) if touch else tx.workers.lock(worker_id)
-            )
-            if worker is None:
+            checked_in = await tx.workers.check_in(worker_id, now, touch=touch)
+            if checked_in is None:
                 raise NotFound("Worker not found")
+            worker, has_assigned = checked_in
             if not worker.claude_cli:
                 raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
             if worker.status != WorkerStatus.ONLINE:
                 return None
-            assigned = await tx.leases.deliver_assigned(worker_id, now)
-            if assigned is not None:
-                task = await tx.tasks.get(assigned.task_id)
-                assert task is not None, "an active lease always has its task"
-                return Claimed(assigned, task)
-            if await tx.leases.count_active_for_worker(worker_id) >= worker.max_concurrency:
-                return None
+            if has_assigned:
+                assigned = await tx.leases.deliver_assigned(worker_id, now)
+                if assigned is not None:
+                    task = await tx.tasks.get(assigned.task_id)
+                    assert task is not None, "an active lease always has its task"
+                    return Claimed(assigned, task)
             lease_id = new_id(now)
             task = await tx.tasks.claim_next(
                 worker_id=worker_id,
+                capacity=worker.max_concurrency,
+                lease_id=lease_id,
                 now=now,
                 sticky_cutoff=now - self.settings.sticky_wait_ms,
                 live_cutoff=now - self.settings.worker_live_ms,
-                values=_leased_values(lease_id, worker_id, now),
             )
             if task is None:
                 return None

@@ -73,10 +73,9 @@ class TaskService:
                 priority=new.priority,
                 idempotency_key=new.idempotency_key,
                 queued_at=now,
-                preferred_worker_id=await tx.leases.latest_worker_for_context(new.context_id),
             )
-            inserted = await tx.tasks.insert(task, fingerprint)
-            if inserted is None:  # a concurrent create with the same key got there first
+            if not await tx.tasks.insert(task, fingerprint):
+                # a concurrent create with the same key got there first
                 assert new.idempotency_key is not None
                 known = await self._known(tx, new.idempotency_key, fingerprint)
                 assert known is not None
@@ -90,8 +89,7 @@ class TaskService:
                 f"Task for agent {task.agent_slug}, context {task.context_id}",
                 task_id=task.id,
             )
-            await tx.notify_queue()
-        self.signal.wake()
+        self.signal.changed()
         return task, True
 
     @staticmethod
@@ -185,6 +183,5 @@ class TaskService:
                 f"Requeued from {task.status}",
                 task_id=task_id,
             )
-            await tx.notify_queue()
-        self.signal.wake()
+        self.signal.changed()
         return updated

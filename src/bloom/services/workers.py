@@ -88,8 +88,7 @@ class WorkerService:
                 f"Worker {worker.id} registered, status={worker.status}, "
                 f"max_concurrency={worker.max_concurrency}",
             )
-            await tx.notify_queue()  # new capacity, or a sticky owner back online
-        self.signal.wake()
+        self.signal.changed()
         return worker, created
 
     async def find(self) -> list[Worker]:
@@ -130,5 +129,4 @@ class WorkerService:
                 actor,
                 f"Worker {worker_id} unregistered",
             )
-            await tx.notify_queue()
-        self.signal.wake()
+        self.signal.changed()

@@ -58,7 +58,6 @@ llm_tasks = Table(
     Column("not_before", BigInteger),
     Column("cancel_requested", Boolean, nullable=False, server_default=false()),
     Column("last_error", Text),
-    Column("preferred_worker_id", String),
     Column("session_id", String),
 )
 # The claim query walks this index in order and stops at the first claimable row, so its cost

@@ -13,33 +13,38 @@ from bloom.services.tasks import TaskService
 from bloom.services.workers import WorkerService
 
 
-def container(request: Request) -> Container:
+def app_container(request: Request) -> Container:
     built: Container = request.app.state.container
     return built
 
 
-def _tasks(request: Request) -> TaskService:
-    return container(request).tasks
+# Dependencies are coroutines: FastAPI would run plain functions in a thread pool.
+async def container(request: Request) -> Container:
+    return app_container(request)
 
 
-def _leases(request: Request) -> LeaseService:
-    return container(request).leases
+async def _tasks(request: Request) -> TaskService:
+    return app_container(request).tasks
 
 
-def _completion(request: Request) -> CompletionService:
-    return container(request).completion
+async def _leases(request: Request) -> LeaseService:
+    return app_container(request).leases
 
 
-def _workers(request: Request) -> WorkerService:
-    return container(request).workers
+async def _completion(request: Request) -> CompletionService:
+    return app_container(request).completion
 
 
-def _config(request: Request) -> ConfigService:
-    return container(request).config
+async def _workers(request: Request) -> WorkerService:
+    return app_container(request).workers
 
 
-def _records(request: Request) -> RecordService:
-    return container(request).records
+async def _config(request: Request) -> ConfigService:
+    return app_container(request).config
+
+
+async def _records(request: Request) -> RecordService:
+    return app_container(request).records
 
 
 Tasks = Annotated[TaskService, Depends(_tasks)]

@@ -43,8 +43,8 @@ async def heartbeat(
         HeartbeatReply(
             lease=beat.lease,
             expires_at=beat.lease.expires_at,
-            cancel_requested=beat.task.cancel_requested,
-            task_status=beat.task.status,
+            cancel_requested=beat.cancel_requested,
+            task_status=beat.task_status,
         )
     )
 

@@ -5,7 +5,7 @@ unknown keys are dropped, as zod did.
 """
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -16,8 +16,10 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
-    model_validator,
+    ValidationInfo,
+    field_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from bloom.domain.models import Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
@@ -83,8 +85,8 @@ class MetricsBody(Body):
 
 class CompleteBody(Body):
     status: ResultStatus
-    output: StrictStr | None = None
-    error_message: StrictStr | None = None
+    output: StrictStr | None = Field(None, validate_default=True)
+    error_message: StrictStr | None = Field(None, validate_default=True)
     metrics: MetricsBody
     artifact_type: StrictStr = Field("LLM_RESULT", min_length=1)
     artifact_tags: list[StrictStr] = Field(default_factory=list)
@@ -100,13 +102,17 @@ class CompleteBody(Body):
     )
     session_id: StrictStr | None = Field(None, min_length=1)
 
-    @model_validator(mode="after")
-    def _envelope(self) -> Self:
-        if self.status == ResultStatus.SUCCESS and self.output is None:
-            raise ValueError("output is required when status is 'success'")
-        if self.status == ResultStatus.ERROR and self.error_message is None:
-            raise ValueError("error_message is required when status is 'error'")
-        return self
+    @field_validator("output", "error_message")
+    @classmethod
+    def _envelope(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A success carries its output (maybe empty), an error its message."""
+        needed = {"output": ResultStatus.SUCCESS, "error_message": ResultStatus.ERROR}
+        status = info.data.get("status")
+        if value is None and status == needed[str(info.field_name)]:
+            raise PydanticCustomError(
+                "required", "Required when status is '{status}'", {"status": status}
+            )
+        return value
 
     def metrics_dict(self) -> dict[str, Any]:
         return self.metrics.model_dump(exclude_none=True) | {

@@ -13,8 +13,6 @@ from bloom.storage.repositories.records import (
 from bloom.storage.repositories.tasks import TaskRepository
 from bloom.storage.repositories.workers import WorkerRepository
 
-QUEUE_CHANNEL = "bloom_queue"
-
 
 class Repositories:
     """Every repository, sharing one connection (and so one transaction)."""
@@ -30,12 +28,6 @@ class Repositories:
         self.audit = AuditRepository(conn, kind)
         self.settings = SettingsRepository(conn, kind)
 
-    async def notify_queue(self) -> None:
-        """Tell other runtime processes, at commit, that waiting claims should look again.
-        (PostgreSQL NOTIFY; a single SQLite process wakes its own waiters directly.)"""
-        if self.kind == "postgresql":
-            await self.conn.execute(text(f"NOTIFY {QUEUE_CHANNEL}"))
-
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has
         a single writer already."""
@@ -47,4 +39,4 @@ class Repositories:
         return bool(result.scalar_one())
 
 
-__all__ = ["QUEUE_CHANNEL", "Repositories"]
+__all__ = ["Repositories"]

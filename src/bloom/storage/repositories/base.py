@@ -1,11 +1,17 @@
-"""What every repository shares: its connection, the dialect, and row-to-entity mapping."""
+"""What every repository shares: its connection, the dialect, and row-to-entity mapping.
 
+Statements are built once, at import, with named bind parameters, and executed with a dict of
+values: building SQLAlchemy constructs per call costs more CPU than running them. For UPDATEs the
+SET clause comes from the parameter names that match columns; WHERE parameters are prefixed `b_`
+so they never collide with a column.
+"""
+
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Table, literal_column
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Row
+from sqlalchemy import ColumnElement, Executable, Table, literal_column
+from sqlalchemy.engine import CursorResult, Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 T = TypeVar("T")
@@ -20,14 +26,33 @@ class Repository:
     def is_postgres(self) -> bool:
         return self.kind == "postgresql"
 
-    def dialect_insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
-        """An INSERT that supports ON CONFLICT, in this database's dialect."""
-        return postgresql.insert(table) if self.is_postgres else sqlite.insert(table)
+    async def run(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> CursorResult[Any]:
+        return await self.conn.execute(stmt, dict(params) if params is not None else None)
+
+    async def rows(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Plain tuples, for aggregates and pairs."""
+        return [tuple(row) for row in await self.run(stmt, params)]
+
+    async def one(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> T | None:
+        """The first row of `stmt` as an `entity`, or None."""
+        row = (await self.conn.execute(stmt, dict(params))).first()
+        return entity(**row._mapping) if row is not None else None
+
+    async def all(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> list[T]:
+        return [entity(**row._mapping) for row in await self.conn.execute(stmt, dict(params))]
 
 
 def entity_columns(table: Table, entity: type[Any]) -> list[Any]:
     """The table's columns that the entity dataclass has fields for, in field order."""
     return [table.c[f.name] for f in fields(entity)]
+
+
+def entity_values(entity: Any, columns: list[Any]) -> dict[str, Any]:
+    return {column.name: getattr(entity, column.name) for column in columns}
 
 
 def to_entity(entity: type[T], row: Row[Any]) -> T:

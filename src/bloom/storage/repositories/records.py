@@ -1,55 +1,65 @@
 """SQL for the append-mostly records: artifacts, results, audit entries and settings."""
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, AuditEntry, Result
-from bloom.storage.repositories.base import Repository, entity_columns, to_entity
+from bloom.storage.repositories.base import Repository, entity_columns, entity_values
 from bloom.storage.tables import audit_logs, llm_results, runtime_artifacts, runtime_settings
 
 ARTIFACT_COLUMNS = entity_columns(runtime_artifacts, Artifact)
 RESULT_COLUMNS = entity_columns(llm_results, Result)
 AUDIT_COLUMNS = entity_columns(audit_logs, AuditEntry)
+art, res, aud, cfg = runtime_artifacts, llm_results, audit_logs, runtime_settings
+
+_ARTIFACT_INSERT = insert(art)
+_ARTIFACT_GET = select(*ARTIFACT_COLUMNS).where(art.c.id == bindparam("b_id"))
+_ARTIFACT_LIST = (
+    select(*ARTIFACT_COLUMNS)
+    .order_by(art.c.created_at.desc(), art.c.id.desc())
+    .limit(bindparam("b_limit"))
+)
+_ARTIFACT_LIST_FOR_TASK = _ARTIFACT_LIST.where(art.c.task_id == bindparam("b_task"))
+_RESULT_INSERT = insert(res)
+_RESULT_BY_LEASE = select(*RESULT_COLUMNS).where(res.c.lease_id == bindparam("b_lease"))
+_AUDIT_INSERT = insert(aud)
+_AUDIT_LIST = (
+    select(*AUDIT_COLUMNS)
+    .order_by(aud.c.timestamp.desc(), aud.c.id.desc())
+    .limit(bindparam("b_limit"))
+)
+_AUDIT_LIST_FOR_TASK = _AUDIT_LIST.where(aud.c.task_id == bindparam("b_task"))
+_SETTINGS_ALL = select(cfg.c.key, cfg.c.value)
+_SETTINGS_PUT = {}
+for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
+    _upsert = _dialect.insert(cfg)
+    _SETTINGS_PUT[_kind] = _upsert.on_conflict_do_update(
+        index_elements=[cfg.c.key], set_={"value": _upsert.excluded.value}
+    )
 
 
 class ArtifactRepository(Repository):
     async def insert(self, artifact: Artifact) -> None:
-        values = {column.name: getattr(artifact, column.name) for column in ARTIFACT_COLUMNS}
-        await self.conn.execute(insert(runtime_artifacts).values(values))
+        await self.run(_ARTIFACT_INSERT, entity_values(artifact, ARTIFACT_COLUMNS))
 
     async def get(self, artifact_id: str) -> Artifact | None:
-        stmt = select(*ARTIFACT_COLUMNS).where(runtime_artifacts.c.id == artifact_id)
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Artifact, row) if row else None
+        return await self.one(Artifact, _ARTIFACT_GET, {"b_id": artifact_id})
 
     async def find(self, *, task_id: str | None, limit: int) -> list[Artifact]:
-        stmt = select(*ARTIFACT_COLUMNS)
-        if task_id is not None:
-            stmt = stmt.where(runtime_artifacts.c.task_id == task_id)
-        stmt = stmt.order_by(
-            runtime_artifacts.c.created_at.desc(), runtime_artifacts.c.id.desc()
-        ).limit(limit)
-        return [to_entity(Artifact, row) for row in await self.conn.execute(stmt)]
+        if task_id is None:
+            return await self.all(Artifact, _ARTIFACT_LIST, {"b_limit": limit})
+        return await self.all(
+            Artifact, _ARTIFACT_LIST_FOR_TASK, {"b_limit": limit, "b_task": task_id}
+        )
 
 
 class ResultRepository(Repository):
     async def insert(self, result: Result) -> None:
-        values = {column.name: getattr(result, column.name) for column in RESULT_COLUMNS}
-        await self.conn.execute(insert(llm_results).values(values))
+        await self.run(_RESULT_INSERT, entity_values(result, RESULT_COLUMNS))
 
     async def get_by_lease(self, lease_id: str) -> Result | None:
-        stmt = select(*RESULT_COLUMNS).where(llm_results.c.lease_id == lease_id)
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Result, row) if row else None
-
-    async def find(self, *, task_id: str, limit: int) -> list[Result]:
-        stmt = (
-            select(*RESULT_COLUMNS)
-            .where(llm_results.c.task_id == task_id)
-            .order_by(llm_results.c.completed_at.desc(), llm_results.c.id.desc())
-            .limit(limit)
-        )
-        return [to_entity(Result, row) for row in await self.conn.execute(stmt)]
+        return await self.one(Result, _RESULT_BY_LEASE, {"b_lease": lease_id})
 
 
 class AuditRepository(Repository):
@@ -64,36 +74,32 @@ class AuditRepository(Repository):
         *,
         task_id: str | None = None,
     ) -> None:
-        await self.conn.execute(
-            insert(audit_logs).values(
-                id=new_id(now),
-                timestamp=now,
-                action=action,
-                entity_type=entity_type,
-                entity_id=entity_id,
-                actor=actor,
-                detail=detail,
-                task_id=task_id,
-            )
+        await self.run(
+            _AUDIT_INSERT,
+            {
+                "id": new_id(now),
+                "timestamp": now,
+                "action": action,
+                "entity_type": entity_type,
+                "entity_id": entity_id,
+                "actor": actor,
+                "detail": detail,
+                "task_id": task_id,
+            },
         )
 
     async def find(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
-        stmt = select(*AUDIT_COLUMNS)
-        if task_id is not None:
-            stmt = stmt.where(audit_logs.c.task_id == task_id)
-        stmt = stmt.order_by(audit_logs.c.timestamp.desc(), audit_logs.c.id.desc()).limit(limit)
-        return [to_entity(AuditEntry, row) for row in await self.conn.execute(stmt)]
+        if task_id is None:
+            return await self.all(AuditEntry, _AUDIT_LIST, {"b_limit": limit})
+        return await self.all(
+            AuditEntry, _AUDIT_LIST_FOR_TASK, {"b_limit": limit, "b_task": task_id}
+        )
 
 
 class SettingsRepository(Repository):
-    async def all(self) -> dict[str, str]:
-        rows = await self.conn.execute(select(runtime_settings.c.key, runtime_settings.c.value))
-        return {key: value for key, value in rows}
+    async def all_values(self) -> dict[str, str]:
+        return {key: value for key, value in await self.rows(_SETTINGS_ALL)}
 
     async def put(self, values: dict[str, str]) -> None:
         for key, value in values.items():
-            stmt = self.dialect_insert(runtime_settings).values(key=key, value=value)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[runtime_settings.c.key], set_={"value": stmt.excluded.value}
-            )
-            await self.conn.execute(stmt)
+            await self.run(_SETTINGS_PUT[self.kind], {"key": key, "value": value})

@@ -3,43 +3,137 @@
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import exists, func, insert, or_, select, update
+from sqlalchemy import bindparam, exists, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.storage.repositories.base import Repository, entity_columns, is_state, to_entity
+from bloom.storage.repositories.base import (
+    Repository,
+    entity_columns,
+    entity_values,
+    is_state,
+)
 from bloom.storage.tables import leases, llm_tasks, workers
 
 TASK_COLUMNS = entity_columns(llm_tasks, Task)
+t = llm_tasks
+
+_INSERT = insert(t)
+_INSERT_KEYED = {
+    kind: dialect.insert(t)
+    .on_conflict_do_nothing(index_elements=[t.c.idempotency_key])
+    .returning(t.c.id)
+    for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_GET = select(*TASK_COLUMNS).where(t.c.id == bindparam("b_id"))
+_BY_KEY = select(*TASK_COLUMNS, t.c.request_hash).where(t.c.idempotency_key == bindparam("b_key"))
+_LIST = (
+    select(*TASK_COLUMNS)
+    .order_by(t.c.created_at.desc(), t.c.id.desc())
+    .limit(bindparam("b_limit"))
+    .offset(bindparam("b_offset"))
+)
+_LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
+_COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
+
+_TRANSITION = (
+    update(t)
+    .where(t.c.id == bindparam("b_id"), t.c.status.in_(bindparam("b_from", expanding=True)))
+    .returning(*TASK_COLUMNS)
+)
+_TRANSITION_FENCED = _TRANSITION.where(t.c.lease_id == bindparam("b_lease"))
+_LEASED_VALUES = {
+    "status": TaskStatus.LEASED.value,
+    "attempts": t.c.attempts + 1,
+    "lease_id": bindparam("b_lease_id"),
+    "worker_id": bindparam("b_worker"),
+    "updated_at": bindparam("b_now"),
+}
+_LEASE_QUEUED = (
+    update(t)
+    .where(t.c.id == bindparam("b_id"), is_state(t.c.status, "queued"))
+    .values(_LEASED_VALUES)
+    .returning(*TASK_COLUMNS)
+)
+
+
+def _claim_statement() -> Any:
+    """Lease the best queued task a worker may take.
+
+    Order: priority, then age. A task whose context was last held by another worker is left to
+    that worker (its Claude session lives there) while it is online, live and has a free slot, for
+    at most the sticky wait; after that, or when it cannot take it, anyone may.
+    """
+    held = leases.alias("held")
+    owner = workers.alias("owner")
+    owner_id = (
+        select(held.c.worker_id)
+        .where(held.c.context_id == t.c.context_id)
+        .order_by(held.c.started_at.desc(), held.c.id.desc())
+        .limit(1)
+        .correlate(t)
+        .scalar_subquery()
+    )
+    owner_load = (
+        select(func.count())
+        .select_from(leases)
+        .where(leases.c.worker_id == owner.c.id, is_state(leases.c.status, "active"))
+        .correlate(owner)
+        .scalar_subquery()
+    )
+    owner_takes_it = exists().where(
+        owner.c.id == owner_id,
+        owner.c.id != bindparam("b_worker"),
+        is_state(owner.c.status, "online"),
+        owner.c.last_heartbeat >= bindparam("b_live_cutoff"),
+        owner_load < owner.c.capabilities["max_concurrency"].as_integer(),
+    )
+    my_load = (
+        select(func.count())
+        .select_from(leases)
+        .where(leases.c.worker_id == bindparam("b_worker"), is_state(leases.c.status, "active"))
+        .scalar_subquery()
+    )
+    candidate = (
+        select(t.c.id)
+        .where(
+            my_load < bindparam("b_capacity"),
+            is_state(t.c.status, "queued"),
+            or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+            or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
+        )
+        .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(t)
+        .where(t.c.id == candidate, is_state(t.c.status, "queued"))
+        .values(_LEASED_VALUES)
+        .returning(*TASK_COLUMNS)
+    )
+
+
+_CLAIM = _claim_statement()
 
 
 class TaskRepository(Repository):
-    async def insert(self, task: Task, request_hash: str | None = None) -> Task | None:
-        """Insert `task`; None when its idempotency key is already taken."""
-        values = _task_values(task) | {"request_hash": request_hash}
+    async def insert(self, task: Task, request_hash: str | None = None) -> bool:
+        """Insert `task`; False when its idempotency key is already taken."""
+        values = entity_values(task, TASK_COLUMNS) | {"request_hash": request_hash}
         if task.idempotency_key is None:
-            await self.conn.execute(insert(llm_tasks).values(values))
-            return task
-        stmt = (
-            self.dialect_insert(llm_tasks)
-            .values(values)
-            .on_conflict_do_nothing(index_elements=[llm_tasks.c.idempotency_key])
-            .returning(*TASK_COLUMNS)
-        )
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Task, row) if row else None
+            await self.run(_INSERT, values)
+            return True
+        result = await self.run(_INSERT_KEYED[self.kind], values)
+        return result.first() is not None
 
     async def get(self, task_id: str) -> Task | None:
-        row = (
-            await self.conn.execute(select(*TASK_COLUMNS).where(llm_tasks.c.id == task_id))
-        ).first()
-        return to_entity(Task, row) if row else None
+        return await self.one(Task, _GET, {"b_id": task_id})
 
     async def get_by_idempotency_key(self, key: str) -> tuple[Task, str | None] | None:
-        stmt = select(*TASK_COLUMNS, llm_tasks.c.request_hash).where(
-            llm_tasks.c.idempotency_key == key
-        )
-        row = (await self.conn.execute(stmt)).first()
+        row = (await self.run(_BY_KEY, {"b_key": key})).first()
         if row is None:
             return None
         values = dict(row._mapping)
@@ -47,16 +141,13 @@ class TaskRepository(Repository):
         return Task(**values), request_hash
 
     async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
-        stmt = select(*TASK_COLUMNS)
-        if status is not None:
-            stmt = stmt.where(llm_tasks.c.status == status)
-        stmt = stmt.order_by(llm_tasks.c.created_at.desc(), llm_tasks.c.id.desc())
-        rows = await self.conn.execute(stmt.limit(limit).offset(offset))
-        return [to_entity(Task, row) for row in rows]
+        params = {"b_limit": limit, "b_offset": offset}
+        if status is None:
+            return await self.all(Task, _LIST, params)
+        return await self.all(Task, _LIST_BY_STATUS, params | {"b_status": status})
 
     async def count_by_status(self) -> dict[str, int]:
-        stmt = select(llm_tasks.c.status, func.count()).group_by(llm_tasks.c.status)
-        return {status: count for status, count in await self.conn.execute(stmt)}
+        return {status: count for status, count in await self.rows(_COUNT_BY_STATUS)}
 
     async def transition(
         self,
@@ -66,87 +157,45 @@ class TaskRepository(Repository):
         lease_id: str | None = None,
         values: dict[str, Any],
     ) -> Task | None:
-        """Compare-and-set: apply `values` only if the task is in one of `from_statuses`
-        (and still holds `lease_id`, when given). None when the condition no longer holds."""
-        stmt = update(llm_tasks).where(
-            llm_tasks.c.id == task_id, llm_tasks.c.status.in_([str(s) for s in from_statuses])
-        )
+        """Compare-and-set: apply `values` (column: value) only if the task is in one of
+        `from_statuses` and, when given, still holds `lease_id`. None if that no longer holds."""
+        params = values | {"b_id": task_id, "b_from": [str(s) for s in from_statuses]}
+        stmt = _TRANSITION
         if lease_id is not None:
-            stmt = stmt.where(llm_tasks.c.lease_id == lease_id)
-        row = (await self.conn.execute(stmt.values(values).returning(*TASK_COLUMNS))).first()
-        return to_entity(Task, row) if row else None
+            stmt, params["b_lease"] = _TRANSITION_FENCED, lease_id
+        return await self.one(Task, stmt, params)
+
+    async def lease_queued(
+        self, task_id: str, *, lease_id: str, worker_id: str, now: int
+    ) -> Task | None:
+        """Compare-and-set a queued task to leased (one more attempt counted)."""
+        params = {"b_id": task_id, "b_lease_id": lease_id, "b_worker": worker_id, "b_now": now}
+        return await self.one(Task, _LEASE_QUEUED, params)
 
     async def claim_next(
         self,
         *,
         worker_id: str,
+        capacity: int,
+        lease_id: str,
         now: int,
         sticky_cutoff: int,
         live_cutoff: int,
-        values: dict[str, Any],
     ) -> Task | None:
-        """Atomically take the best queued task `worker_id` may run and apply `values` to it.
+        """Atomically take the best queued task `worker_id` may run, as leased under `lease_id`,
+        unless the worker already holds `capacity` active leases.
 
-        Order: priority, then age. A task whose context is sticky to another worker is left to
-        that worker while it is live and has a free slot, for at most the sticky wait.
-        On PostgreSQL the candidate row is locked with SKIP LOCKED, so concurrent claimers never
-        block on, or both take, the same task; SQLite serialises writers instead.
+        The caller must hold the worker's row lock (`WorkerRepository.check_in`): this statement
+        then counts the worker's leases in a snapshot taken after every other grant to it
+        committed. On PostgreSQL the candidate row is locked with SKIP LOCKED, so concurrent
+        claimers never block on, or both take, the same task; SQLite serialises writers instead.
         """
-        owner = workers.alias("owner")
-        owner_load = (
-            select(func.count())
-            .select_from(leases)
-            .where(leases.c.worker_id == owner.c.id, is_state(leases.c.status, "active"))
-            .scalar_subquery()
-        )
-        owner_can_take = exists().where(
-            owner.c.id == llm_tasks.c.preferred_worker_id,
-            is_state(owner.c.status, "online"),
-            owner.c.last_heartbeat >= live_cutoff,
-            owner_load < owner.c.capabilities["max_concurrency"].as_integer(),
-        )
-        candidate = (
-            select(llm_tasks.c.id)
-            .where(
-                is_state(llm_tasks.c.status, "queued"),
-                or_(llm_tasks.c.not_before.is_(None), llm_tasks.c.not_before <= now),
-                or_(
-                    llm_tasks.c.preferred_worker_id.is_(None),
-                    llm_tasks.c.preferred_worker_id == worker_id,
-                    llm_tasks.c.queued_at < sticky_cutoff,
-                    ~owner_can_take,
-                ),
-            )
-            .order_by(llm_tasks.c.priority.desc(), llm_tasks.c.created_at, llm_tasks.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        )
-        stmt = (
-            update(llm_tasks)
-            .where(
-                llm_tasks.c.id == candidate.scalar_subquery(),
-                is_state(llm_tasks.c.status, "queued"),
-            )
-            .values(values)
-            .returning(*TASK_COLUMNS)
-        )
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Task, row) if row else None
-
-    async def prefer_worker_for_context(self, context_id: str, worker_id: str, now: int) -> None:
-        """Route the context's other queued tasks to the worker that now holds the context."""
-        await self.conn.execute(
-            update(llm_tasks)
-            .where(is_state(llm_tasks.c.status, "queued"), llm_tasks.c.context_id == context_id)
-            .where(
-                or_(
-                    llm_tasks.c.preferred_worker_id.is_(None),
-                    llm_tasks.c.preferred_worker_id != worker_id,
-                )
-            )
-            .values(preferred_worker_id=worker_id, updated_at=now)
-        )
-
-
-def _task_values(task: Task) -> dict[str, Any]:
-    return {column.name: getattr(task, column.name) for column in TASK_COLUMNS}
+        params = {
+            "b_worker": worker_id,
+            "b_capacity": capacity,
+            "b_lease_id": lease_id,
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+        }
+        return await self.one(Task, _CLAIM, params)

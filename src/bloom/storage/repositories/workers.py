@@ -2,20 +2,51 @@
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.domain.models import Worker
-from bloom.storage.repositories.base import Repository, entity_columns, is_state, to_entity
-from bloom.storage.tables import workers
+from bloom.storage.repositories.base import Repository, entity_columns, entity_values, is_state
+from bloom.storage.tables import leases, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
+w = workers
+
+_GET = select(*WORKER_COLUMNS).where(w.c.id == bindparam("b_id"))
+_LOCK = _GET.with_for_update()
+# Bound to the worker id rather than correlated: SQLite renders RETURNING without table names,
+# so a correlated `leases.worker_id = workers.id` there would compare the lease with itself.
+_HAS_ASSIGNED = (
+    exists()
+    .where(
+        leases.c.worker_id == bindparam("b_id"),
+        is_state(leases.c.status, "active"),
+        leases.c.claimed_at.is_(None),
+    )
+    .label("has_assigned")
+)
+_CHECK_IN = (
+    update(w)
+    .where(w.c.id == bindparam("b_id"))
+    .values(last_heartbeat=bindparam("b_now"), status="online")
+    .returning(*WORKER_COLUMNS, _HAS_ASSIGNED)
+)
+_LOCK_WITH_ASSIGNED = (
+    select(*WORKER_COLUMNS, _HAS_ASSIGNED).where(w.c.id == bindparam("b_id")).with_for_update(of=w)
+)
+_LIST = select(*WORKER_COLUMNS).order_by(w.c.id)
+_INSERT_NEW = {
+    kind: dialect.insert(w).on_conflict_do_nothing(index_elements=[w.c.id]).returning(w.c.id)
+    for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_UPDATE = update(w).where(w.c.id == bindparam("b_id")).returning(*WORKER_COLUMNS)
+_DELETE = delete(w).where(w.c.id == bindparam("b_id"))
+_TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
 
 class WorkerRepository(Repository):
     async def get(self, worker_id: str) -> Worker | None:
-        stmt = select(*WORKER_COLUMNS).where(workers.c.id == worker_id)
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Worker, row) if row else None
+        return await self.one(Worker, _GET, {"b_id": worker_id})
 
     async def lock(self, worker_id: str) -> Worker | None:
         """Read the worker and hold its row lock to the end of the transaction.
@@ -23,52 +54,36 @@ class WorkerRepository(Repository):
         Every lease grant to a worker takes this lock first, so counting its active leases and
         inserting a new one cannot interleave with another grant to the same worker.
         """
-        stmt = select(*WORKER_COLUMNS).where(workers.c.id == worker_id).with_for_update()
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Worker, row) if row else None
+        return await self.one(Worker, _LOCK, {"b_id": worker_id})
 
-    async def touch(self, worker_id: str, now: int) -> Worker | None:
-        """A sign of life from the worker itself: it is online now. Locks the row like `lock`."""
-        stmt = (
-            update(workers)
-            .where(workers.c.id == worker_id)
-            .values(last_heartbeat=now, status="online")
-            .returning(*WORKER_COLUMNS)
-        )
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Worker, row) if row else None
+    async def check_in(
+        self, worker_id: str, now: int, *, touch: bool
+    ) -> tuple[Worker, bool] | None:
+        """Lock the worker's row for a claim (like `lock`), and say whether a lease granted to it
+        awaits delivery. With `touch`, the claim is also a sign of life: online, seen now."""
+        params = {"b_id": worker_id, "b_now": now}
+        row = (await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)).first()
+        if row is None:
+            return None
+        values = dict(row._mapping)
+        has_assigned = bool(values.pop("has_assigned"))
+        return Worker(**values), has_assigned
 
     async def find(self) -> list[Worker]:
-        rows = await self.conn.execute(select(*WORKER_COLUMNS).order_by(workers.c.id))
-        return [to_entity(Worker, row) for row in rows]
+        return await self.all(Worker, _LIST, {})
 
     async def insert_new(self, worker: Worker) -> bool:
         """Insert unless a worker with this id exists; True when inserted."""
-        values = {column.name: getattr(worker, column.name) for column in WORKER_COLUMNS}
-        stmt = (
-            self.dialect_insert(workers)
-            .values(values)
-            .on_conflict_do_nothing(index_elements=[workers.c.id])
-            .returning(workers.c.id)
-        )
-        return (await self.conn.execute(stmt)).first() is not None
+        result = await self.run(_INSERT_NEW[self.kind], entity_values(worker, WORKER_COLUMNS))
+        return result.first() is not None
 
     async def update(self, worker_id: str, values: dict[str, Any]) -> Worker | None:
-        stmt = (
-            update(workers)
-            .where(workers.c.id == worker_id)
-            .values(values)
-            .returning(*WORKER_COLUMNS)
-        )
-        row = (await self.conn.execute(stmt)).first()
-        return to_entity(Worker, row) if row else None
+        return await self.one(Worker, _UPDATE, values | {"b_id": worker_id})
 
     async def delete(self, worker_id: str) -> bool:
-        result = await self.conn.execute(delete(workers).where(workers.c.id == worker_id))
-        return bool(result.rowcount)
+        return bool((await self.run(_DELETE, {"b_id": worker_id})).rowcount)
 
     async def totals(self) -> tuple[int, int]:
         """(all workers, online workers)."""
-        online = func.count().filter(is_state(workers.c.status, "online"))
-        row = (await self.conn.execute(select(func.count(), online))).one()
-        return int(row[0]), int(row[1] or 0)
+        [(total, online)] = await self.rows(_TOTALS)
+        return int(total), int(online or 0)

@@ -45,7 +45,6 @@ def upgrade() -> None:
         sa.Column("not_before", sa.BigInteger(), nullable=True),
         sa.Column("cancel_requested", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("preferred_worker_id", sa.String(), nullable=True),
         sa.Column("session_id", sa.String(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_llm_tasks"),
     )
