@@ -66,6 +66,7 @@ class ModelLease:
     expires_at: int
     status: str = "active"
     delivered: bool = True
+    last_heartbeat: int = 0
     result_status: str | None = None
 
 
@@ -85,6 +86,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.tasks: dict[str, ModelTask] = {}
         self.leases: dict[str, ModelLease] = {}
         self.last_seen: dict[str, int] = {}
+        self.online: dict[str, bool] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -119,6 +121,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         owner = max(held, key=lambda lease: (lease.started_at, lease.id)).worker
         owner_can_take = (
             owner != worker
+            and self.online[owner]
             and self.last_seen[owner] >= self.clock.now - 60_000
             and len(self.active_leases(owner)) < CAPACITY[owner]
         )
@@ -165,6 +168,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 self.container.workers.register(Registration(name=name, capabilities=capabilities))
             )
             self.last_seen[name] = self.clock.now
+            self.online[name] = True
 
     @rule(max_attempts=st.integers(1, 3), context=st.sampled_from(CONTEXTS))
     def create(self, max_attempts: int, context: str) -> None:
@@ -177,6 +181,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @rule(worker=st.sampled_from(sorted(CAPACITY)))
     def claim(self, worker: str) -> None:
         self.last_seen[worker] = self.clock.now
+        self.online[worker] = True
         undelivered = [
             lease
             for lease in self.active_leases(worker)
@@ -202,7 +207,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         task.status, task.lease_id, task.attempts = "leased", lease.id, task.attempts + 1
         assert lease.expires_at == self.clock.now + ACK_MS
         self.leases[lease.id] = ModelLease(
-            lease.id, task.id, worker, self.clock.now, lease.expires_at
+            lease.id,
+            task.id,
+            worker,
+            self.clock.now,
+            lease.expires_at,
+            last_heartbeat=self.clock.now,
         )
 
     @rule(data=st.data(), choose=st.booleans())
@@ -214,7 +224,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         candidates = [
             w
             for w in ([worker] if worker else CAPACITY)
-            if len(self.active_leases(w)) < CAPACITY[w]
+            if self.online[w] and len(self.active_leases(w)) < CAPACITY[w]
         ]
         call = self.container.leases.lease(task.id, worker_id=worker)
         if task.status != "queued":
@@ -228,7 +238,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert lease.expires_at == self.clock.now + TTL_MS
         task.status, task.lease_id, task.attempts = "leased", lease.id, task.attempts + 1
         self.leases[lease.id] = ModelLease(
-            lease.id, task.id, chosen.id, self.clock.now, lease.expires_at, delivered=False
+            lease.id,
+            task.id,
+            chosen.id,
+            self.clock.now,
+            lease.expires_at,
+            delivered=False,
+            last_heartbeat=self.clock.now,
         )
 
     @rule(data=st.data())
@@ -242,6 +258,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             return
         beat = self.run(call)
         lease.expires_at, lease.delivered = self.clock.now + TTL_MS, True
+        lease.last_heartbeat = self.clock.now
         assert beat.lease.expires_at == lease.expires_at
         task = self.tasks[lease.task_id]
         task.status = "running"
@@ -337,6 +354,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert self.run(self.container.reaper.reap_once()) == len(expired)
         for lease in expired:
             lease.status = "expired"
+            if self.last_seen[lease.worker] <= lease.last_heartbeat:
+                self.online[lease.worker] = False  # silent since: presumed gone
             task = self.tasks[lease.task_id]
             if task.lease_id != lease.id or task.status not in IN_FLIGHT:
                 continue
@@ -385,6 +404,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             successes = [r for r in result_rows if r.task_id == row.id and r.status == "success"]
             assert len(successes) == (1 if row.status == "completed" else 0)
             assert row.attempts <= row.max_attempts
+        statuses = self.run(self.container.workers.find())
+        assert {w.id: w.status == "online" for w in statuses} == self.online
         for worker, slots in CAPACITY.items():
             assert sum(1 for lease in active if lease.worker_id == worker) <= slots
         for row in lease_rows:

@@ -1,5 +1,7 @@
 """What several commands share: settings and the database target, with clean errors."""
 
+from typing import NoReturn
+
 import typer
 
 from bloom.settings import RuntimeSettings, SettingsError, load_runtime_settings
@@ -12,6 +14,12 @@ def runtime_settings(**overrides: object) -> tuple[RuntimeSettings, DatabaseTarg
     try:
         settings = load_runtime_settings(**given)
         return settings, resolve_database(settings.database_url, settings.data_dir)
-    except (SettingsError, DatabaseUrlError) as exc:
-        typer.secho(f"bloom: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
+    except SettingsError as exc:
+        _fail(str(exc))
+    except DatabaseUrlError as exc:
+        _fail(f"BLOOM_DATABASE_URL or DATABASE_URL: {exc}")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)

@@ -82,6 +82,18 @@ class LeaseReaper:
                 await release_task_of_lost_lease(
                     tx, lease, now, actor="reaper", reason="Lease expired"
                 )
+                # Silent since the lease's last heartbeat: presumed gone. Its next claim or
+                # registration brings it back; meanwhile it gets no pushed leases and holds no
+                # context's tasks for itself.
+                if await tx.workers.mark_gone(lease.worker_id, lease.last_heartbeat):
+                    await tx.audit.add(
+                        now,
+                        "worker_offline",
+                        "worker",
+                        lease.worker_id,
+                        "reaper",
+                        f"Worker {lease.worker_id} silent since its lease {lease.id} lapsed",
+                    )
         if expired:
             self.signal.changed()
         return expired

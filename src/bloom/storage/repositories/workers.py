@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, select, update
+from sqlalchemy import bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.domain.models import Worker
@@ -40,6 +40,16 @@ _INSERT_NEW = {
     for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
 _UPDATE = update(w).where(w.c.id == bindparam("b_id")).returning(*WORKER_COLUMNS)
+_MARK_GONE = (
+    update(w)
+    .where(
+        w.c.id == bindparam("b_id"),
+        is_state(w.c.status, "online"),
+        or_(w.c.last_heartbeat.is_(None), w.c.last_heartbeat <= bindparam("b_silent_since")),
+    )
+    .values(status="offline")
+    .returning(w.c.id)
+)
 _DELETE = delete(w).where(w.c.id == bindparam("b_id"))
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
@@ -79,6 +89,12 @@ class WorkerRepository(Repository):
 
     async def update(self, worker_id: str, values: dict[str, Any]) -> Worker | None:
         return await self.one(Worker, _UPDATE, values | {"b_id": worker_id})
+
+    async def mark_gone(self, worker_id: str, silent_since: int) -> bool:
+        """Set an online worker offline unless it has shown itself (claim, registration) after
+        `silent_since`; True when it was set offline."""
+        params = {"b_id": worker_id, "b_silent_since": silent_since}
+        return (await self.run(_MARK_GONE, params)).first() is not None
 
     async def delete(self, worker_id: str) -> bool:
         return bool((await self.run(_DELETE, {"b_id": worker_id})).rowcount)
