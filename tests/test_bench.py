@@ -120,8 +120,8 @@ async def test_bulk_rows_are_the_tasks_the_api_creates(
         bulk.fill_queue(target, 2)
     bulk.settle(target)
 
-    async with container.db.connection() as conn:
-        rows = [dict(row._mapping) for row in await conn.execute(select(llm_tasks))]
+    async with container.db.read() as tx:
+        rows = [dict(row) for row in await tx.session.execute(select(llm_tasks))]
     assert len(rows) == 3
     varying = {"id", "context_id", "created_at", "updated_at", "queued_at", "request_hash"}
     api_row = next(row for row in rows if row["id"] == made.id)

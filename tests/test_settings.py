@@ -181,12 +181,14 @@ def test_out_of_range_values_are_refused(
 )
 def test_postgresql_urls(url: str, tmp_path: Path) -> None:
     """Every spelling of a PostgreSQL URL (incl. Heroku-style postgres://) selects PostgreSQL
-    through psycopg, keeps host, port, user, password and database, and hides the password
-    when displayed."""
+    (asyncpg for the server, psycopg for migrations), keeps host, port, user, password and
+    database, and hides the password when displayed."""
     target = resolve_database(url, tmp_path)
     assert target.kind is StorageKind.POSTGRESQL
-    for engine_url in (target.async_url, target.sync_url):
-        assert engine_url.drivername == "postgresql+psycopg"
+    assert target.url.drivername == "postgresql"
+    assert target.sync_url.drivername == "postgresql+psycopg"
+    assert target.dsn == "postgresql://bloom:pw@db.example:5433/runtime"
+    for engine_url in (target.url, target.sync_url):
         assert (engine_url.host, engine_url.port, engine_url.database) == (
             "db.example",
             5433,
@@ -194,18 +196,17 @@ def test_postgresql_urls(url: str, tmp_path: Path) -> None:
         )
         assert (engine_url.username, engine_url.password) == ("bloom", "pw")
     assert "pw" not in target.display
-    assert target.display.startswith("postgresql+psycopg://bloom:***@db.example:5433/runtime")
+    assert target.display.startswith("postgresql://bloom:***@db.example:5433/runtime")
 
 
 def test_sqlite_url_with_a_path(tmp_path: Path) -> None:
-    """sqlite:///path uses aiosqlite for the app and pysqlite for migrations, and creates the
-    file's directory."""
+    """sqlite:///path: the server opens the file itself, migrations use pysqlite; the file's
+    directory is created."""
     path = tmp_path / "nested" / "dir" / "bloom.db"
     target = resolve_database(f"sqlite:///{path}", tmp_path / "unused")
     assert target.kind is StorageKind.SQLITE
-    assert target.async_url.drivername == "sqlite+aiosqlite"
     assert target.sync_url.drivername == "sqlite+pysqlite"
-    assert target.async_url.database == str(path)
+    assert target.dsn == str(path)
     assert target.sync_url.database == str(path)
     assert path.parent.is_dir()
     assert not (tmp_path / "unused").exists()
@@ -217,7 +218,7 @@ def test_no_url_means_sqlite_under_the_data_dir(url: str | None, tmp_path: Path)
     data_dir = tmp_path / "data"
     target = resolve_database(url, data_dir)
     assert target.kind is StorageKind.SQLITE
-    assert target.async_url.database == str((data_dir / "runtime.db").resolve())
+    assert target.dsn == str((data_dir / "runtime.db").resolve())
     assert data_dir.is_dir()
     other = resolve_database(None, data_dir, default_name="membridge.db")
     assert other.sync_url.database == str((data_dir / "membridge.db").resolve())

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import psycopg
@@ -33,6 +34,7 @@ from bloom.runtime.container import Container, build_container
 from bloom.services.errors import Conflict, ServiceError, Unavailable
 from bloom.services.tasks import NewTask
 from bloom.services.workers import Registration
+from bloom.storage.repositories import Repositories
 from bloom.storage.tables import audit_logs, leases, llm_results, llm_tasks, runtime_artifacts
 from tests.conftest import fresh_postgres_url, fresh_sqlite_url, make_settings
 from tests.support.clock import FakeClock
@@ -68,6 +70,15 @@ class ModelLease:
     delivered: bool = True
     last_heartbeat: int = 0
     result_status: str | None = None
+
+
+async def scalar(tx: Repositories, statement: Any) -> Any:
+    [row] = await tx.session.execute(statement)
+    return next(iter(row.values()))
+
+
+async def records(tx: Repositories, statement: Any) -> list[SimpleNamespace]:
+    return [SimpleNamespace(**row) for row in await tx.session.execute(statement)]
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -134,19 +145,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             async with self.container.db.read() as tx:
                 counts = []
                 for table in (llm_tasks, leases, llm_results, runtime_artifacts, audit_logs):
-                    counts.append(
-                        (
-                            await tx.conn.execute(select(func.count()).select_from(table))
-                        ).scalar_one()
-                    )
-                expiry = (
-                    await tx.conn.execute(select(func.coalesce(func.sum(leases.c.expires_at), 0)))
-                ).scalar_one()
-                statuses = (
-                    await tx.conn.execute(
-                        select(func.count()).where(llm_tasks.c.status == "running")
-                    )
-                ).scalar_one()
+                    counts.append(await scalar(tx, select(func.count()).select_from(table)))
+                expiry = await scalar(tx, select(func.coalesce(func.sum(leases.c.expires_at), 0)))
+                statuses = await scalar(
+                    tx, select(func.count()).where(llm_tasks.c.status == "running")
+                )
                 return (*counts, int(expiry), statuses)
 
         return self.run(read())
@@ -377,12 +380,10 @@ class LifecycleMachine(RuleBasedStateMachine):
     def database_agrees_with_model_and_invariants(self) -> None:
         async def read() -> tuple[list[Any], list[Any], list[Any], int]:
             async with self.container.db.read() as tx:
-                task_rows = list(await tx.conn.execute(select(llm_tasks)))
-                lease_rows = list(await tx.conn.execute(select(leases)))
-                result_rows = list(await tx.conn.execute(select(llm_results)))
-                artifacts = (
-                    await tx.conn.execute(select(func.count()).select_from(runtime_artifacts))
-                ).scalar_one()
+                task_rows = await records(tx, select(llm_tasks))
+                lease_rows = await records(tx, select(leases))
+                result_rows = await records(tx, select(llm_results))
+                artifacts = await scalar(tx, select(func.count()).select_from(runtime_artifacts))
                 return task_rows, lease_rows, result_rows, artifacts
 
         task_rows, lease_rows, result_rows, artifacts = self.run(read())

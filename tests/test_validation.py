@@ -433,7 +433,8 @@ async def add_audit_entries(client: httpx.AsyncClient, count: int, clock: FakeCl
         for i in range(count)
     ]
     async with container.db.write() as tx:
-        await tx.conn.execute(insert(audit_logs), rows)
+        for row in rows:
+            await tx.session.execute(insert(audit_logs), row)
 
 
 async def test_audit_limit_defaults_to_100_and_is_capped_at_1000(

@@ -70,7 +70,11 @@ def validate(options: BenchOptions) -> None:
         raise BenchUsageError("depths must be positive")
     if options.server_workers > 1 and options.url:
         raise BenchUsageError("--server-workers applies to the server the bench starts, not --url")
-    kind = resolve_database(options.database_url or "sqlite://", Path()).kind
+    kind = (
+        resolve_database(options.database_url, Path()).kind
+        if options.database_url
+        else StorageKind.SQLITE
+    )
     if options.server_workers > 1 and not options.url and kind is StorageKind.SQLITE:
         raise BenchUsageError("--server-workers above 1 needs a postgresql:// --database-url")
     if options.api_key and not options.url:

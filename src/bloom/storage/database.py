@@ -1,24 +1,27 @@
-"""The database handle: one engine, dialect quirks, and read/write transactions.
+"""The database handle: connections, transactions and dialect quirks, for PostgreSQL and SQLite.
 
-PostgreSQL and SQLite share every query. The differences live here: SQLite gets WAL, a busy
-timeout and `BEGIN IMMEDIATE` for writes, and its writers are serialised in-process so they
-queue on a lock instead of spinning on SQLITE_BUSY.
+Repositories get a `Session` bound to one connection (and, for writes, one transaction) and run
+SQLAlchemy Core statements on it through the executor. PostgreSQL runs on an asyncpg pool with
+JSON decoded by the driver. SQLite runs on aiosqlite: one writer connection, its transactions
+`BEGIN IMMEDIATE` and serialised in-process (so writers queue on a lock instead of spinning on
+SQLITE_BUSY), plus a few reader connections that WAL lets read beside the writer.
 """
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
+import asyncpg
 import orjson
-from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy import Executable
+from sqlalchemy.engine import URL, make_url
 
+from bloom.storage.executor import Planner, Row, Session
 from bloom.storage.repositories import Repositories
 
 
@@ -33,25 +36,31 @@ class DatabaseUrlError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DatabaseTarget:
-    """Where the tables live, as URLs for the async engine and for Alembic's sync one."""
+    """Where the tables live: a driver URL for the server, a sync one for Alembic and tools."""
 
     kind: StorageKind
-    async_url: URL
+    url: URL
     sync_url: URL
 
     @property
     def display(self) -> str:
         """The URL without its password, for logs and messages."""
-        return self.async_url.render_as_string(hide_password=True)
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def dsn(self) -> str:
+        """The URL as the driver takes it (PostgreSQL: a libpq URI; SQLite: a file path)."""
+        if self.kind is StorageKind.SQLITE:
+            return self.url.database or ""
+        return self.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 def resolve_database(
     url: str | None, data_dir: Path, default_name: str = "runtime.db"
 ) -> DatabaseTarget:
-    """Turn a user's database URL (or none: SQLite under `data_dir`) into engine URLs."""
+    """Turn a user's database URL (or none: SQLite under `data_dir`) into driver URLs."""
     if not url:
-        path = (data_dir / default_name).resolve()
-        url = f"sqlite:///{path}"
+        url = f"sqlite:///{(data_dir / default_name).resolve()}"
     try:
         parsed = make_url(url.replace("postgres://", "postgresql://", 1))
     except Exception as exc:  # SQLAlchemy raises several types for a malformed URL
@@ -60,15 +69,16 @@ def resolve_database(
     if backend == "postgresql":
         return DatabaseTarget(
             StorageKind.POSTGRESQL,
-            parsed.set(drivername="postgresql+psycopg"),
+            parsed.set(drivername="postgresql"),
             parsed.set(drivername="postgresql+psycopg"),
         )
     if backend == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if not parsed.database or parsed.database == ":memory:":
+            raise DatabaseUrlError("SQLite needs a file: sqlite:///path/to/runtime.db")
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         return DatabaseTarget(
             StorageKind.SQLITE,
-            parsed.set(drivername="sqlite+aiosqlite"),
+            parsed.set(drivername="sqlite"),
             parsed.set(drivername="sqlite+pysqlite"),
         )
     raise DatabaseUrlError(
@@ -76,71 +86,124 @@ def resolve_database(
     )
 
 
-def _json_dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
 class Database:
-    """An async engine plus the transaction discipline every service uses."""
+    """The pools, and the transaction discipline every service uses."""
+
+    READERS = 4
 
     def __init__(
         self, target: DatabaseTarget, *, pool_size: int = 10, sqlite_synchronous: str = "NORMAL"
     ):
         self.target = target
         self.kind = target.kind
-        options: dict[str, Any] = {
-            "json_serializer": _json_dumps,
-            "json_deserializer": orjson.loads,
-        }
-        if self.kind is StorageKind.POSTGRESQL:
-            options |= {"pool_size": pool_size, "max_overflow": pool_size, "pool_pre_ping": False}
-        self.engine: AsyncEngine = create_async_engine(target.async_url, **options)
-        self._write_lock: asyncio.Lock | None = None
-        if self.kind is StorageKind.SQLITE:
-            self._write_lock = asyncio.Lock()
-            _configure_sqlite(self.engine, sqlite_synchronous)
+        self.planner = Planner(target.kind)
+        self._pool_size = pool_size
+        self._sqlite_synchronous = sqlite_synchronous
+        self._opening = asyncio.Lock()
+        self._pool: asyncpg.Pool | None = None
+        self._writer: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
 
-    @asynccontextmanager
-    async def write(self) -> AsyncIterator[Repositories]:
-        """One read-write transaction: committed when the block ends, rolled back on error."""
-        if self._write_lock is None:
-            async with self.engine.begin() as conn:
-                yield Repositories(conn, self.kind)
+    async def _open(self) -> None:
+        async with self._opening:
+            if self._pool is not None or self._writer is not None:
+                return
+            if self.kind is StorageKind.POSTGRESQL:
+                self._pool = await asyncpg.create_pool(
+                    self.target.dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    init=_init_postgresql,
+                    statement_cache_size=512,
+                )
+                return
+            readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+            for _ in range(self.READERS):
+                readers.put_nowait(await self._connect_sqlite())
+            self._writer = await self._connect_sqlite()
+            self._readers = readers
+
+    async def _connect_sqlite(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.target.dsn, isolation_level=None)
+        for pragma in (
+            "PRAGMA journal_mode=WAL",
+            f"PRAGMA synchronous={self._sqlite_synchronous}",
+            "PRAGMA busy_timeout=10000",
+            "PRAGMA foreign_keys=ON",
+        ):
+            await conn.execute(pragma)
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def session(self, *, write: bool) -> AsyncIterator[Session]:
+        """A connection for one unit of work; with `write`, inside one transaction that commits
+        when the block ends and rolls back if it raises."""
+        if self._pool is None and self._writer is None:
+            await self._open()
+        if self._pool is not None:
+            async with self._pool.acquire() as conn:
+                if write:
+                    async with conn.transaction():
+                        yield Session(conn, self.planner)
+                else:
+                    yield Session(conn, self.planner)
             return
-        async with self._write_lock, self.engine.connect() as conn:
-            conn = await conn.execution_options(sqlite_begin="IMMEDIATE")
-            async with conn.begin():
-                yield Repositories(conn, self.kind)
+        if write:
+            assert self._writer is not None
+            async with self._write_lock:
+                await self._writer.execute("BEGIN IMMEDIATE")
+                try:
+                    yield Session(self._writer, self.planner)
+                except BaseException:
+                    await self._writer.execute("ROLLBACK")
+                    raise
+                await self._writer.execute("COMMIT")
+            return
+        assert self._readers is not None
+        reader = await self._readers.get()
+        try:
+            yield Session(reader, self.planner)
+        finally:
+            self._readers.put_nowait(reader)
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[Repositories]:
+        """Every repository, in one read-write transaction."""
+        async with self.session(write=True) as session:
+            yield Repositories(session)
+
+    @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[Repositories]:
-        """A read-only snapshot (one transaction, rolled back at the end)."""
-        async with self.engine.connect() as conn:
-            yield Repositories(conn, self.kind)
+        """Every repository, for reads; each statement sees the latest committed state."""
+        async with self.session(write=False) as session:
+            yield Repositories(session)
 
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            yield conn
+    async def execute(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[Row]:
+        """One statement in its own transaction."""
+        async with self.session(write=True) as session:
+            return await session.execute(statement, params)
 
     async def dispose(self) -> None:
-        await self.engine.dispose()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+        while self._readers is not None and not self._readers.empty():
+            await self._readers.get_nowait().close()
+        self._readers = None
 
 
-def _configure_sqlite(engine: AsyncEngine, synchronous: str) -> None:
-    """WAL, a busy timeout and explicit BEGINs (pysqlite's implicit ones cannot be IMMEDIATE)."""
+async def _init_postgresql(conn: asyncpg.Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name, schema="pg_catalog", encoder=_json_text, decoder=orjson.loads, format="text"
+        )
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute("PRAGMA busy_timeout=10000")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()

@@ -8,8 +8,9 @@ delays waiters until their periodic recheck.
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
-import psycopg
+import asyncpg
 import structlog
 from sqlalchemy import text
 
@@ -17,6 +18,7 @@ from bloom.storage.database import Database, DatabaseTarget
 
 log = structlog.get_logger(__name__)
 QUEUE_CHANNEL = "bloom_queue"
+_NOTIFY = text(f"NOTIFY {QUEUE_CHANNEL}")
 
 
 class QueuePublisher:
@@ -39,9 +41,7 @@ class QueuePublisher:
             await asyncio.sleep(self._coalesce_sec)
             self._requested = False
             try:
-                async with self._db.engine.connect() as conn:
-                    await conn.execute(text(f"NOTIFY {QUEUE_CHANNEL}"))
-                    await conn.commit()
+                await self._db.execute(_NOTIFY)
             except Exception as exc:  # waiters elsewhere fall back to their recheck
                 log.warning("queue_notify_failed", error=str(exc))
 
@@ -53,32 +53,44 @@ class QueueListener:
     def __init__(
         self, target: DatabaseTarget, on_notify: Callable[[], None], retry_sec: float = 1.0
     ):
-        self._conninfo = target.sync_url.set(drivername="postgresql").render_as_string(
-            hide_password=False
-        )
+        self._dsn = target.dsn
         self._on_notify = on_notify
         self._retry_sec = retry_sec
         self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        self._task = asyncio.current_task()
         while not self._stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
-                    await conn.execute(f"LISTEN {QUEUE_CHANNEL}")
-                    self._on_notify()
-                    async for _ in conn.notifies():
-                        self._on_notify()
-            except (psycopg.Error, OSError) as exc:
+                await self._listen()
+            except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("queue_listener_disconnected", error=str(exc))
             if not self._stopping.is_set():
-                await asyncio.sleep(self._retry_sec)
+                await _first_of(asyncio.sleep(self._retry_sec), self._stopping.wait())
+
+    async def _listen(self) -> None:
+        """Listen on one connection until it is lost or we stop."""
+        lost = asyncio.Event()
+        conn = await asyncpg.connect(self._dsn)
+        try:
+            conn.add_termination_listener(lambda _conn: lost.set())
+            await conn.add_listener(QUEUE_CHANNEL, self._notified)
+            self._on_notify()
+            await _first_of(lost.wait(), self._stopping.wait())
+        finally:
+            if not conn.is_closed():
+                await conn.close()
+
+    def _notified(self, *_: Any) -> None:
+        self._on_notify()
 
     def stop(self) -> None:
-        """Stop now: waiting for notifications cannot be interrupted any other way."""
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
+
+
+async def _first_of(*waits: Any) -> None:
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

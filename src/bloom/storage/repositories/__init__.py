@@ -1,8 +1,8 @@
-"""Repositories: typed SQL over one connection; a service gets them all in one transaction."""
+"""Repositories: typed SQL over one session; a service gets them all in one transaction."""
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import bindparam, func, select
 
+from bloom.storage.executor import Session
 from bloom.storage.repositories.leases import LeaseRepository
 from bloom.storage.repositories.records import (
     ArtifactRepository,
@@ -13,30 +13,30 @@ from bloom.storage.repositories.records import (
 from bloom.storage.repositories.tasks import TaskRepository
 from bloom.storage.repositories.workers import WorkerRepository
 
+_TRY_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("b_key")).label("locked"))
+
 
 class Repositories:
-    """Every repository, sharing one connection (and so one transaction)."""
+    """Every repository, sharing one session (and so one transaction)."""
 
-    def __init__(self, conn: AsyncConnection, kind: str):
-        self.conn = conn
-        self.kind = kind
-        self.tasks = TaskRepository(conn, kind)
-        self.leases = LeaseRepository(conn, kind)
-        self.workers = WorkerRepository(conn, kind)
-        self.artifacts = ArtifactRepository(conn, kind)
-        self.results = ResultRepository(conn, kind)
-        self.audit = AuditRepository(conn, kind)
-        self.settings = SettingsRepository(conn, kind)
+    def __init__(self, session: Session):
+        self.session = session
+        self.kind = session.kind
+        self.tasks = TaskRepository(session)
+        self.leases = LeaseRepository(session)
+        self.workers = WorkerRepository(session)
+        self.artifacts = ArtifactRepository(session)
+        self.results = ResultRepository(session)
+        self.audit = AuditRepository(session)
+        self.settings = SettingsRepository(session)
 
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has
         a single writer already."""
         if self.kind != "postgresql":
             return True
-        result = await self.conn.execute(
-            text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": key}
-        )
-        return bool(result.scalar_one())
+        rows = await self.session.execute(_TRY_LOCK, {"b_key": key})
+        return bool(rows[0]["locked"])
 
 
 __all__ = ["Repositories"]

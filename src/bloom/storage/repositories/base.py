@@ -11,39 +11,42 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Executable, Table, literal_column
-from sqlalchemy.engine import CursorResult, Row
-from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bloom.storage.executor import Row, Session
 
 T = TypeVar("T")
 
 
 class Repository:
-    def __init__(self, conn: AsyncConnection, kind: str):
-        self.conn = conn
-        self.kind = kind
+    def __init__(self, session: Session):
+        self.session = session
+        self.kind = session.kind
 
     @property
     def is_postgres(self) -> bool:
         return self.kind == "postgresql"
 
-    async def run(
-        self, stmt: Executable, params: Mapping[str, Any] | None = None
-    ) -> CursorResult[Any]:
-        return await self.conn.execute(stmt, dict(params) if params is not None else None)
+    async def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return await self.session.execute(stmt, params)
 
     async def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         """Plain tuples, for aggregates and pairs."""
-        return [tuple(row) for row in await self.run(stmt, params)]
+        return [tuple(row.values()) for row in await self.run(stmt, params)]
+
+    async def scalar(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> Any:
+        """The first column of the first row, or None when there is no row."""
+        rows = await self.run(stmt, params)
+        return next(iter(rows[0].values())) if rows else None
 
     async def one(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> T | None:
         """The first row of `stmt` as an `entity`, or None."""
-        row = (await self.conn.execute(stmt, dict(params))).first()
-        return entity(**row._mapping) if row is not None else None
+        rows = await self.run(stmt, params)
+        return entity(**rows[0]) if rows else None
 
     async def all(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> list[T]:
-        return [entity(**row._mapping) for row in await self.conn.execute(stmt, dict(params))]
+        return [entity(**row) for row in await self.run(stmt, params)]
 
 
 def entity_columns(table: Table, entity: type[Any]) -> list[Any]:
@@ -53,10 +56,6 @@ def entity_columns(table: Table, entity: type[Any]) -> list[Any]:
 
 def entity_values(entity: Any, columns: list[Any]) -> dict[str, Any]:
     return {column.name: getattr(entity, column.name) for column in columns}
-
-
-def to_entity(entity: type[T], row: Row[Any]) -> T:
-    return entity(**row._mapping)
 
 
 def is_state(column: Any, state: str) -> ColumnElement[bool]:

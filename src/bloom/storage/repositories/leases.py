@@ -142,7 +142,7 @@ class LeaseRepository(Repository):
         return await self.all(Lease, _ACTIVE_FOR_WORKER, {"b_worker": worker_id})
 
     async def count_active_for_worker(self, worker_id: str) -> int:
-        return int((await self.run(_COUNT_ACTIVE_FOR_WORKER, {"b_worker": worker_id})).scalar_one())
+        return int(await self.scalar(_COUNT_ACTIVE_FOR_WORKER, {"b_worker": worker_id}))
 
     async def active_counts(self) -> dict[str, int]:
         return {worker_id: count for worker_id, count in await self.rows(_ACTIVE_COUNTS)}
@@ -157,10 +157,10 @@ class LeaseRepository(Repository):
     ) -> tuple[Task, Lease | None] | None:
         """The task and the lease named (default: the task's current one) if that exists,
         whatever task it belongs to, in one read."""
-        row = (await self.run(_TASK_WITH_LEASE, {"b_task": task_id, "b_lease": lease_id})).first()
-        if row is None:
+        rows = await self.run(_TASK_WITH_LEASE, {"b_task": task_id, "b_lease": lease_id})
+        if not rows:
             return None
-        values = dict(row._mapping)
+        values = dict(rows[0])
         lease_values = {
             key[7:]: values.pop(key) for key in list(values) if key.startswith("lease__")
         }
@@ -175,10 +175,10 @@ class LeaseRepository(Repository):
         """Extend a live lease of `task_id` by its TTL. An expired lease stays dead even before
         the reaper has seen it: a late heartbeat never revives it."""
         params = {"b_id": lease_id, "b_task": task_id, "b_now": now}
-        row = (await self.run(_RENEW, params)).first()
-        if row is None:
+        rows = await self.run(_RENEW, params)
+        if not rows:
             return None
-        values = dict(row._mapping)
+        values = dict(rows[0])
         task_status = values.pop("task_status")
         cancel_requested = bool(values.pop("task_cancel_requested"))
         return Renewal(Lease(**values), task_status, cancel_requested)
@@ -200,12 +200,13 @@ class LeaseRepository(Repository):
         return await self.all(Lease, _END_ALL_FOR_WORKER, params)
 
     async def overdue_ids(self, now: int, limit: int) -> list[str]:
-        return list((await self.run(_OVERDUE, {"b_now": now, "b_limit": limit})).scalars())
+        return [row["id"] for row in await self.run(_OVERDUE, {"b_now": now, "b_limit": limit})]
 
     async def next_expiry(self) -> int | None:
-        value = (await self.run(_NEXT_EXPIRY)).scalar_one_or_none()
+        value = await self.scalar(_NEXT_EXPIRY)
         return int(value) if value is not None else None
 
     async def latest_worker_for_context(self, context_id: str) -> str | None:
         """The worker that holds, or most recently held, `context_id`."""
-        return (await self.run(_LATEST_HOLDER, {"b_context": context_id})).scalar_one_or_none()
+        holder: str | None = await self.scalar(_LATEST_HOLDER, {"b_context": context_id})
+        return holder

@@ -1,5 +1,6 @@
 """SQL for `llm_tasks`: inserts, compare-and-set transitions and the claim query."""
 
+import functools
 from collections.abc import Collection
 from typing import Any
 
@@ -37,12 +38,21 @@ _LIST = (
 _LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
 _COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
 
-_TRANSITION = (
-    update(t)
-    .where(t.c.id == bindparam("b_id"), t.c.status.in_(bindparam("b_from", expanding=True)))
-    .returning(*TASK_COLUMNS)
-)
-_TRANSITION_FENCED = _TRANSITION.where(t.c.lease_id == bindparam("b_lease"))
+
+@functools.cache
+def _transition_statement(from_statuses: frozenset[str], fenced: bool) -> Any:
+    """The compare-and-set UPDATE for one set of source states (inlined, for the planner)."""
+    stmt = (
+        update(t)
+        .where(
+            t.c.id == bindparam("b_id"),
+            or_(*(is_state(t.c.status, s) for s in sorted(from_statuses))),
+        )
+        .returning(*TASK_COLUMNS)
+    )
+    return stmt.where(t.c.lease_id == bindparam("b_lease")) if fenced else stmt
+
+
 _LEASED_VALUES = {
     "status": TaskStatus.LEASED.value,
     "attempts": t.c.attempts + 1,
@@ -127,16 +137,16 @@ class TaskRepository(Repository):
             await self.run(_INSERT, values)
             return True
         result = await self.run(_INSERT_KEYED[self.kind], values)
-        return result.first() is not None
+        return bool(result)
 
     async def get(self, task_id: str) -> Task | None:
         return await self.one(Task, _GET, {"b_id": task_id})
 
     async def get_by_idempotency_key(self, key: str) -> tuple[Task, str | None] | None:
-        row = (await self.run(_BY_KEY, {"b_key": key})).first()
-        if row is None:
+        rows = await self.run(_BY_KEY, {"b_key": key})
+        if not rows:
             return None
-        values = dict(row._mapping)
+        values = dict(rows[0])
         request_hash = values.pop("request_hash")
         return Task(**values), request_hash
 
@@ -159,11 +169,11 @@ class TaskRepository(Repository):
     ) -> Task | None:
         """Compare-and-set: apply `values` (column: value) only if the task is in one of
         `from_statuses` and, when given, still holds `lease_id`. None if that no longer holds."""
-        params = values | {"b_id": task_id, "b_from": [str(s) for s in from_statuses]}
-        stmt = _TRANSITION
+        params = values | {"b_id": task_id}
         if lease_id is not None:
-            stmt, params["b_lease"] = _TRANSITION_FENCED, lease_id
-        return await self.one(Task, stmt, params)
+            params["b_lease"] = lease_id
+        statuses = frozenset(str(s) for s in from_statuses)
+        return await self.one(Task, _transition_statement(statuses, lease_id is not None), params)
 
     async def lease_queued(
         self, task_id: str, *, lease_id: str, worker_id: str, now: int

@@ -50,7 +50,7 @@ _MARK_GONE = (
     .values(status="offline")
     .returning(w.c.id)
 )
-_DELETE = delete(w).where(w.c.id == bindparam("b_id"))
+_DELETE = delete(w).where(w.c.id == bindparam("b_id")).returning(w.c.id)
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
 
@@ -72,10 +72,10 @@ class WorkerRepository(Repository):
         """Lock the worker's row for a claim (like `lock`), and say whether a lease granted to it
         awaits delivery. With `touch`, the claim is also a sign of life: online, seen now."""
         params = {"b_id": worker_id, "b_now": now}
-        row = (await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)).first()
-        if row is None:
+        rows = await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)
+        if not rows:
             return None
-        values = dict(row._mapping)
+        values = dict(rows[0])
         has_assigned = bool(values.pop("has_assigned"))
         return Worker(**values), has_assigned
 
@@ -85,7 +85,7 @@ class WorkerRepository(Repository):
     async def insert_new(self, worker: Worker) -> bool:
         """Insert unless a worker with this id exists; True when inserted."""
         result = await self.run(_INSERT_NEW[self.kind], entity_values(worker, WORKER_COLUMNS))
-        return result.first() is not None
+        return bool(result)
 
     async def update(self, worker_id: str, values: dict[str, Any]) -> Worker | None:
         return await self.one(Worker, _UPDATE, values | {"b_id": worker_id})
@@ -94,10 +94,10 @@ class WorkerRepository(Repository):
         """Set an online worker offline unless it has shown itself (claim, registration) after
         `silent_since`; True when it was set offline."""
         params = {"b_id": worker_id, "b_silent_since": silent_since}
-        return (await self.run(_MARK_GONE, params)).first() is not None
+        return bool(await self.run(_MARK_GONE, params))
 
     async def delete(self, worker_id: str) -> bool:
-        return bool((await self.run(_DELETE, {"b_id": worker_id})).rowcount)
+        return bool(await self.run(_DELETE, {"b_id": worker_id}))
 
     async def totals(self) -> tuple[int, int]:
         """(all workers, online workers)."""

@@ -1,0 +1,154 @@
+"""Runs SQLAlchemy Core statements on the raw async drivers: asyncpg and aiosqlite.
+
+SQLAlchemy builds every statement and compiles it, once per dialect and set of parameter names,
+into a `Plan`: the SQL text, the order of its positional parameters, the values bound inside the
+statement, and how to turn driver rows into Python values. The drivers then run the plan. We do
+not run statements through SQLAlchemy's async engine because, measured on this project's 2-core
+machine, it costs 0.115 ms of CPU per statement and 0.4 ms per transaction, against 0.03 ms for
+each on asyncpg directly: most of the lease engine's time (docs/decisions.md).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import Executable
+from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
+from sqlalchemy.dialects.sqlite import aiosqlite as sqlite_aiosqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import sqltypes
+from sqlalchemy.sql.compiler import SQLCompiler
+
+Row = Mapping[str, Any]
+_REQUIRED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A compiled statement, ready for one driver."""
+
+    statement: Executable
+    sql: str
+    names: tuple[str, ...]
+    defaults: tuple[Any, ...]
+    json_args: tuple[int, ...]
+    columns: tuple[str, ...]
+    json_columns: tuple[int, ...]
+    bool_columns: tuple[int, ...]
+
+    @property
+    def returns_rows(self) -> bool:
+        return bool(self.columns)
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        """Positional arguments: the caller's values, else the statement's own."""
+        values = [
+            params.get(name, default)
+            for name, default in zip(self.names, self.defaults, strict=True)
+        ]
+        if _REQUIRED in values:
+            missing = sorted({n for n, v in zip(self.names, values, strict=True) if v is _REQUIRED})
+            raise KeyError(f"statement parameters missing: {missing}")
+        for index in self.json_args:  # the caller's JSON values; defaults are already encoded
+            if values[index] is not None and self.names[index] in params:
+                values[index] = orjson.dumps(values[index]).decode()
+        return values
+
+    def rows(self, records: Sequence[Sequence[Any]]) -> list[Row]:
+        """Driver rows as mappings, decoding what the driver leaves encoded (SQLite)."""
+        if not self.json_columns and not self.bool_columns:
+            return [dict(zip(self.columns, record, strict=True)) for record in records]
+        decoded: list[Row] = []
+        for record in records:
+            values = list(record)
+            for index in self.json_columns:
+                if isinstance(values[index], str | bytes):
+                    values[index] = orjson.loads(values[index])
+            for index in self.bool_columns:
+                if values[index] is not None:
+                    values[index] = bool(values[index])
+            decoded.append(dict(zip(self.columns, values, strict=True)))
+        return decoded
+
+
+class Planner:
+    """Compiles statements for one dialect, and remembers the result."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.dialect: Dialect = (
+            postgresql_asyncpg.dialect()  # type: ignore[no-untyped-call]
+            if kind == "postgresql"
+            else sqlite_aiosqlite.dialect()
+        )
+        # asyncpg decodes JSON itself (see database.py); sqlite3 hands back text and integers
+        self._decode_in_python = kind == "sqlite"
+        self._plans: dict[tuple[int, frozenset[str]], Plan] = {}
+
+    def plan(self, statement: Executable, keys: frozenset[str]) -> Plan:
+        cached = self._plans.get((id(statement), keys))
+        if cached is not None and cached.statement is statement:
+            return cached
+        plan = self._compile(statement, keys)
+        self._plans[(id(statement), keys)] = plan
+        return plan
+
+    def _compile(self, statement: Executable, keys: frozenset[str]) -> Plan:
+        compiled = statement.compile(dialect=self.dialect, column_keys=sorted(keys))  # type: ignore[attr-defined]
+        assert isinstance(compiled, SQLCompiler)
+        if "POSTCOMPILE" in compiled.string:
+            raise ValueError("expanding IN parameters are not supported; inline the values")
+        names = tuple(compiled.positiontup or ())
+        processors = compiled._bind_processors
+        defaults: list[Any] = []
+        json_args: list[int] = []
+        for index, name in enumerate(names):
+            bind = compiled.binds[name]
+            if bind.required or bind.callable is not None:
+                defaults.append(_REQUIRED)
+            else:
+                process = processors.get(name)
+                defaults.append(process(bind.value) if callable(process) else bind.value)
+            if self._decode_in_python and isinstance(bind.type, sqltypes.JSON):
+                json_args.append(index)
+        columns = tuple(entry.keyname for entry in compiled._result_columns)
+        types = [entry.type for entry in compiled._result_columns]
+        json_columns: tuple[int, ...] = ()
+        bool_columns: tuple[int, ...] = ()
+        if self._decode_in_python:
+            json_columns = tuple(i for i, t in enumerate(types) if isinstance(t, sqltypes.JSON))
+            bool_columns = tuple(i for i, t in enumerate(types) if isinstance(t, sqltypes.Boolean))
+        return Plan(
+            statement=statement,
+            sql=compiled.string,
+            names=names,
+            defaults=tuple(defaults),
+            json_args=tuple(json_args),
+            columns=columns,
+            json_columns=json_columns,
+            bool_columns=bool_columns,
+        )
+
+
+class Session:
+    """One connection, as repositories use it: run a statement, get mappings back."""
+
+    def __init__(self, conn: Any, planner: Planner):
+        self.conn = conn
+        self.planner = planner
+        self.kind = planner.kind
+
+    async def execute(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[Row]:
+        params = params or {}
+        plan = self.planner.plan(statement, frozenset(params))
+        args = plan.args(params)
+        if self.kind == "postgresql":
+            if plan.returns_rows:
+                return await self.conn.fetch(plan.sql, *args)  # type: ignore[no-any-return]
+            await self.conn.execute(plan.sql, *args)
+            return []
+        records = await self.conn.execute_fetchall(plan.sql, args)
+        return plan.rows(records) if plan.returns_rows else []
