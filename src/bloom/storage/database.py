@@ -115,6 +115,7 @@ class Database:
                     min_size=1,
                     max_size=self._pool_size,
                     init=_init_postgresql,
+                    reset=_keep_session,
                     statement_cache_size=512,
                 )
                 return
@@ -203,6 +204,12 @@ async def _init_postgresql(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(
             name, schema="pg_catalog", encoder=_json_text, decoder=orjson.loads, format="text"
         )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Skip asyncpg's reset on release (a round trip of UNLISTEN, RESET ALL and more per
+    transaction): our sessions leave no session state behind. Advisory locks are
+    transaction-scoped, and LISTEN has a connection of its own."""
 
 
 def _json_text(value: Any) -> str:
