@@ -17,6 +17,7 @@ from bloom.settings import RuntimeSettings
 from bloom.storage import migrate
 from bloom.storage.database import resolve_database
 from tests.support.clock import FakeClock
+from tests.support.db import DatabaseProbe
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
 from tests.support.server import RuntimeProcess
 
@@ -121,3 +122,11 @@ def runtime_process(database_url: str, tmp_path: Path) -> Iterator[RuntimeProces
     process.start()
     yield process
     process.stop()
+
+
+@pytest.fixture
+def probe(database_url: str) -> Iterator[DatabaseProbe]:
+    """Direct reads of the test database, independent of the runtime's own storage code."""
+    db = DatabaseProbe(database_url)
+    yield db
+    db.close()

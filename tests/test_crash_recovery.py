@@ -32,13 +32,6 @@ HOLDER_SLOTS = 2
 
 
 @pytest.fixture
-def probe(database_url: str) -> Iterator[DatabaseProbe]:
-    db = DatabaseProbe(database_url)
-    yield db
-    db.close()
-
-
-@pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[RuntimeProcess]:
     process = RuntimeProcess(database_url, tmp_path, **SHORT_LEASES)
     process.start()

@@ -7,7 +7,7 @@ fencing tests run in-process on the fake clock, so a lease can be made to lapse 
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +20,6 @@ from tests.support.db import DatabaseProbe
 from tests.support.server import RuntimeProcess
 
 CONTENDERS = 50
-
-
-@pytest.fixture
-def probe(database_url: str) -> Iterator[DatabaseProbe]:
-    db = DatabaseProbe(database_url)
-    yield db
-    db.close()
 
 
 def connect(server: RuntimeProcess, connections: int = 64) -> httpx.AsyncClient:

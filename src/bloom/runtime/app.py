@@ -59,7 +59,8 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         return HTMLResponse(INDEX)
 
     install_error_handlers(app)
-    app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
+    if settings.api_key_value:
+        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
     app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
     return app
 

@@ -33,15 +33,16 @@ class RequestLogMiddleware:
                 message["headers"] = [*message.get("headers", []), (REQUEST_ID, request_id)]
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id.decode()):
-            try:
-                await self.app(scope, receive, send_with_id)
-            finally:
-                if self.access_log:
-                    log.info(
-                        "request",
-                        method=scope["method"],
-                        path=scope["path"],
-                        status=status,
-                        ms=round((time.perf_counter() - started) * 1000, 2),
-                    )
+        # Each request runs in a task of its own, so the binding ends with it.
+        structlog.contextvars.bind_contextvars(request_id=request_id.decode())
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if self.access_log:
+                log.info(
+                    "request",
+                    method=scope["method"],
+                    path=scope["path"],
+                    status=status,
+                    ms=round((time.perf_counter() - started) * 1000, 2),
+                )

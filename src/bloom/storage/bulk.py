@@ -3,8 +3,8 @@
 Rows are generated in SQL (PostgreSQL `generate_series`, SQLite a recursive CTE), in chunks, so a
 million tasks take seconds, not a million round trips. Each row is a task exactly as the API's
 create would store it: every NOT NULL column, status 'queued', queued_at set, the default policy,
-a UUIDv7 id (the chunk's millisecond, then random bits) and a context of its own (a shared
-context would make each claim re-route all its queued siblings). Synchronous: run it in a thread.
+a UUIDv7 id (the chunk's millisecond, then random bits) and a context of its own, as distinct
+clients' tasks would have. Synchronous: run it in a thread.
 """
 
 import time

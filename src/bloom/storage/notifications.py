@@ -41,7 +41,8 @@ class QueuePublisher:
             await asyncio.sleep(self._coalesce_sec)
             self._requested = False
             try:
-                await self._db.execute(_NOTIFY)
+                async with self._db.session(write=False) as session:  # autocommit: 1 round trip
+                    await session.execute(_NOTIFY)
             except Exception as exc:  # waiters elsewhere fall back to their recheck
                 log.warning("queue_notify_failed", error=str(exc))
 

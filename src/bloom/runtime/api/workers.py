@@ -4,7 +4,7 @@ from dataclasses import fields
 
 from fastapi import APIRouter, Request, Response
 
-from bloom.runtime.api.deps import AppContainer, Leases, Workers
+from bloom.runtime.api.deps import AppContainer, Workers
 from bloom.runtime.api.schemas import (
     ClaimBody,
     ClaimReply,
@@ -68,13 +68,12 @@ async def remove_worker(worker_id: str, workers: Workers) -> JSON:
 async def claim(
     worker_id: str,
     request: Request,
-    leases: Leases,
     container: AppContainer,
     body: ClaimBody | None = None,
 ) -> Response:
     body = body or ClaimBody()
     wait = container.settings.claim_wait_sec if body.wait_seconds is None else body.wait_seconds
-    claimed = await leases.claim(
+    claimed = await container.leases.claim(
         worker_id, wait_sec=wait, ttl_sec=body.ttl_seconds, gone=request.is_disconnected
     )
     if claimed is None:

@@ -1,5 +1,7 @@
 """Repositories: typed SQL over one session; a service gets them all in one transaction."""
 
+from functools import cached_property
+
 from sqlalchemy import bindparam, func, select
 
 from bloom.storage.executor import Session
@@ -22,13 +24,34 @@ class Repositories:
     def __init__(self, session: Session):
         self.session = session
         self.kind = session.kind
-        self.tasks = TaskRepository(session)
-        self.leases = LeaseRepository(session)
-        self.workers = WorkerRepository(session)
-        self.artifacts = ArtifactRepository(session)
-        self.results = ResultRepository(session)
-        self.audit = AuditRepository(session)
-        self.settings = SettingsRepository(session)
+
+    @cached_property
+    def tasks(self) -> TaskRepository:
+        return TaskRepository(self.session)
+
+    @cached_property
+    def leases(self) -> LeaseRepository:
+        return LeaseRepository(self.session)
+
+    @cached_property
+    def workers(self) -> WorkerRepository:
+        return WorkerRepository(self.session)
+
+    @cached_property
+    def artifacts(self) -> ArtifactRepository:
+        return ArtifactRepository(self.session)
+
+    @cached_property
+    def results(self) -> ResultRepository:
+        return ResultRepository(self.session)
+
+    @cached_property
+    def audit(self) -> AuditRepository:
+        return AuditRepository(self.session)
+
+    @cached_property
+    def settings(self) -> SettingsRepository:
+        return SettingsRepository(self.session)
 
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has
