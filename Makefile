@@ -15,7 +15,7 @@ $(BOOTSTRAP)/bin/uv:
 	$(BOOTSTRAP)/bin/pip install --quiet uv
 
 .venv/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen
+	$(UV) sync --frozen --quiet
 	@touch $@
 
 install: .venv/.synced ## Create .venv with the locked dependencies

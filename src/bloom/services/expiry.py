@@ -61,7 +61,7 @@ class LeaseReaper:
     async def reap_once(self) -> int:
         """Expire up to one batch of overdue leases; returns how many expired."""
         now = self.clock()
-        expired = 0
+        lapsed: list[Lease] = []
         async with self.db.write() as tx:
             if not await tx.try_singleton_lock(REAPER_LOCK_KEY):
                 return 0
@@ -69,7 +69,7 @@ class LeaseReaper:
                 lease = await tx.leases.expire(lease_id, now)
                 if lease is None:  # renewed or ended since we listed it
                     continue
-                expired += 1
+                lapsed.append(lease)
                 await tx.audit.add(
                     now,
                     "lease_expired",
@@ -82,9 +82,18 @@ class LeaseReaper:
                 await release_task_of_lost_lease(
                     tx, lease, now, actor="reaper", reason="Lease expired"
                 )
-                # Silent since the lease's last heartbeat: presumed gone. Its next claim or
-                # registration brings it back; meanwhile it gets no pushed leases and holds no
-                # context's tasks for itself.
+        if lapsed:
+            await self._mark_silent_workers(lapsed, now)
+            self.signal.changed()
+        return len(lapsed)
+
+    async def _mark_silent_workers(self, lapsed: list[Lease], now: int) -> None:
+        """A worker silent since its lapsed lease's last heartbeat is presumed gone: offline
+        until its next claim or registration, so it gets no pushed leases and holds no
+        context's tasks for itself. A transaction of its own, after the leases': every other
+        writer that locks a worker row does so before touching leases."""
+        async with self.db.write() as tx:
+            for lease in sorted(lapsed, key=lambda lease: lease.worker_id):  # one lock order
                 if await tx.workers.mark_gone(lease.worker_id, lease.last_heartbeat):
                     await tx.audit.add(
                         now,
@@ -94,9 +103,6 @@ class LeaseReaper:
                         "reaper",
                         f"Worker {lease.worker_id} silent since its lease {lease.id} lapsed",
                     )
-        if expired:
-            self.signal.changed()
-        return expired
 
     async def next_expiry(self) -> int | None:
         """When the earliest active lease expires (epoch ms), if any."""

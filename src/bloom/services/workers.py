@@ -115,12 +115,14 @@ class WorkerService:
         rather than waiting out their TTL on a worker the operator says is gone."""
         now = self.clock()
         async with self.db.write() as tx:
-            if not await tx.workers.delete(worker_id):
+            # Worker row first, then its leases: the order every writer keeps (no deadlocks).
+            if await tx.workers.lock(worker_id) is None:
                 raise NotFound("Worker not found")
             for lease in await tx.leases.end_all_for_worker(worker_id, LeaseStatus.EXPIRED, now):
                 await release_task_of_lost_lease(
                     tx, lease, now, actor=actor, reason="Worker unregistered"
                 )
+            await tx.workers.delete(worker_id)
             await tx.audit.add(
                 now,
                 "worker_removed",
