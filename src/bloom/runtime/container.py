@@ -18,12 +18,13 @@ from bloom.services.workers import WorkerService
 from bloom.settings import RuntimeSettings
 from bloom.storage.database import Database, StorageKind, resolve_database
 from bloom.storage.notifications import QueueListener, QueuePublisher
+from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 
 @dataclass
 class Container:
     settings: RuntimeSettings
-    db: Database
+    db: RuntimeDatabase
     signal: QueueSignal
     tasks: TaskService
     leases: LeaseService
@@ -43,6 +44,7 @@ class Container:
 def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
     db = Database(
         resolve_database(settings.database_url, settings.data_dir),
+        Repositories,
         pool_size=settings.db_pool_size,
         sqlite_synchronous=settings.sqlite_synchronous,
     )

@@ -15,8 +15,7 @@ from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.services.clock import Clock
 from bloom.services.errors import Conflict, NotFound
 from bloom.services.signals import QueueSignal
-from bloom.storage.database import Database
-from bloom.storage.repositories import Repositories
+from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 TASK_OR_LEASE_NOT_FOUND = "Task or lease not found"
 FAILURE_ACTIONS = {
@@ -58,7 +57,7 @@ def _lapsed(lease: Lease, task: Task, now: int) -> Conflict:
 class CompletionService:
     def __init__(
         self,
-        db: Database,
+        db: RuntimeDatabase,
         signal: QueueSignal,
         clock: Clock,
         store: ArtifactStore,

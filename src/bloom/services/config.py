@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from bloom.domain.masking import mask_secret
 from bloom.services.clock import Clock
-from bloom.storage.database import Database
+from bloom.storage.repositories import RuntimeDatabase
 
 URL_KEY = "membridge_server_url"
 ADMIN_KEY = "admin_key"
@@ -25,7 +25,9 @@ class RuntimeConfig:
 class ConfigService:
     """Stored values win over the environment's (the seed's startup priority)."""
 
-    def __init__(self, db: Database, clock: Clock, *, default_url: str, default_admin_key: str):
+    def __init__(
+        self, db: RuntimeDatabase, clock: Clock, *, default_url: str, default_admin_key: str
+    ):
         self.db = db
         self.clock = clock
         self.default_url = default_url

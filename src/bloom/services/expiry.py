@@ -5,8 +5,7 @@ from bloom.domain.retry import expiry_outcome
 from bloom.domain.states import IN_FLIGHT, TaskStatus
 from bloom.services.clock import Clock
 from bloom.services.signals import QueueSignal
-from bloom.storage.database import Database
-from bloom.storage.repositories import Repositories
+from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 REAPER_LOCK_KEY = 0x626C6F6F6D01  # one reaper pass at a time across replicas
 LOST_LEASE_ACTIONS = {
@@ -52,7 +51,7 @@ class LeaseReaper:
     """Expires overdue leases and returns their tasks. Each pass is one transaction, and on
     PostgreSQL an advisory lock keeps passes of several replicas from overlapping."""
 
-    def __init__(self, db: Database, signal: QueueSignal, clock: Clock, batch: int = 500):
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, batch: int = 500):
         self.db = db
         self.signal = signal
         self.clock = clock

@@ -16,8 +16,7 @@ from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.services.clock import Clock
 from bloom.services.errors import Conflict, NotFound, Unavailable
 from bloom.services.signals import QueueSignal, wait_for_signal
-from bloom.storage.database import Database
-from bloom.storage.repositories import Repositories
+from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 NO_WORKER = "No available worker with free capacity"
 
@@ -49,7 +48,9 @@ def _load(worker: Worker, active: int) -> WorkerLoad:
 
 
 class LeaseService:
-    def __init__(self, db: Database, signal: QueueSignal, clock: Clock, settings: LeaseSettings):
+    def __init__(
+        self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, settings: LeaseSettings
+    ):
         self.db = db
         self.signal = signal
         self.clock = clock

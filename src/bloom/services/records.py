@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from bloom.artifacts import ArtifactStore
 from bloom.domain.models import Artifact, AuditEntry, Lease
 from bloom.services.errors import NotFound
-from bloom.storage.database import Database
+from bloom.storage.repositories import RuntimeDatabase
 
 
 @dataclass(slots=True)
@@ -24,7 +24,7 @@ class Content:
 
 
 class RecordService:
-    def __init__(self, db: Database, stores: dict[str, ArtifactStore]):
+    def __init__(self, db: RuntimeDatabase, stores: dict[str, ArtifactStore]):
         self.db = db
         self.stores = stores
 

@@ -12,8 +12,7 @@ from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.services.clock import Clock
 from bloom.services.errors import Conflict, NotFound
 from bloom.services.signals import QueueSignal
-from bloom.storage.database import Database
-from bloom.storage.repositories import Repositories
+from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
 
@@ -40,7 +39,7 @@ class NewTask:
 
 
 class TaskService:
-    def __init__(self, db: Database, signal: QueueSignal, clock: Clock):
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock):
         self.db = db
         self.signal = signal
         self.clock = clock

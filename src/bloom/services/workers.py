@@ -9,7 +9,7 @@ from bloom.services.clock import Clock
 from bloom.services.errors import NotFound
 from bloom.services.expiry import release_task_of_lost_lease
 from bloom.services.signals import QueueSignal
-from bloom.storage.database import Database
+from bloom.storage.repositories import RuntimeDatabase
 
 
 @dataclass(slots=True)
@@ -27,7 +27,7 @@ class Registration:
 
 
 class WorkerService:
-    def __init__(self, db: Database, signal: QueueSignal, clock: Clock):
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock):
         self.db = db
         self.signal = signal
         self.clock = clock

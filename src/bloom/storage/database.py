@@ -9,11 +9,11 @@ SQLITE_BUSY), plus a few reader connections that WAL lets read beside the writer
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiosqlite
 import asyncpg
@@ -22,7 +22,8 @@ from sqlalchemy import Executable
 from sqlalchemy.engine import URL, make_url
 
 from bloom.storage.executor import Planner, Row, Session
-from bloom.storage.repositories import Repositories
+
+R = TypeVar("R")
 
 
 class StorageKind(StrEnum):
@@ -86,15 +87,22 @@ def resolve_database(
     )
 
 
-class Database:
-    """The pools, and the transaction discipline every service uses."""
+class Database(Generic[R]):
+    """The pools, and the transaction discipline every service uses. `repositories` builds the
+    schema's repositories around a session (`write()` and `read()` hand them out)."""
 
     READERS = 4
 
     def __init__(
-        self, target: DatabaseTarget, *, pool_size: int = 10, sqlite_synchronous: str = "NORMAL"
+        self,
+        target: DatabaseTarget,
+        repositories: Callable[[Session], R],
+        *,
+        pool_size: int = 10,
+        sqlite_synchronous: str = "NORMAL",
     ):
         self.target = target
+        self._repositories = repositories
         self.kind = target.kind
         self.planner = Planner(target.kind)
         self._pool_size = pool_size
@@ -169,16 +177,16 @@ class Database:
             self._readers.put_nowait(reader)
 
     @contextlib.asynccontextmanager
-    async def write(self) -> AsyncIterator[Repositories]:
+    async def write(self) -> AsyncIterator[R]:
         """Every repository, in one read-write transaction."""
         async with self.session(write=True) as session:
-            yield Repositories(session)
+            yield self._repositories(session)
 
     @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[Repositories]:
+    async def read(self) -> AsyncIterator[R]:
         """Every repository, for reads; each statement sees the latest committed state."""
         async with self.session(write=False) as session:
-            yield Repositories(session)
+            yield self._repositories(session)
 
     async def execute(
         self, statement: Executable, params: Mapping[str, Any] | None = None

@@ -25,7 +25,7 @@ class QueuePublisher:
     """`publish()` requests a NOTIFY; at most one is in flight, and requests made meanwhile are
     folded into the next one."""
 
-    def __init__(self, db: Database, coalesce_sec: float = 0.002):
+    def __init__(self, db: Database[Any], coalesce_sec: float = 0.002):
         self._db = db
         self._coalesce_sec = coalesce_sec
         self._requested = False

@@ -4,6 +4,7 @@ from functools import cached_property
 
 from sqlalchemy import bindparam, func, select
 
+from bloom.storage.database import Database
 from bloom.storage.executor import Session
 from bloom.storage.repositories.leases import LeaseRepository
 from bloom.storage.repositories.records import (
@@ -62,4 +63,7 @@ class Repositories:
         return bool(rows[0]["locked"])
 
 
-__all__ = ["Repositories"]
+RuntimeDatabase = Database[Repositories]
+"""The runtime's database: its sessions come with the runtime's repositories."""
+
+__all__ = ["Repositories", "RuntimeDatabase"]
