@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import bloom.domain.ids as ids
-from bloom.domain.masking import mask_secret
 from bloom.domain.retry import (
     ErrorCode,
     Outcome,
@@ -21,6 +20,7 @@ from bloom.domain.retry import (
     failure_outcome,
 )
 from bloom.domain.routing import WorkerLoad, pick_worker
+from bloom.domain.secrets import mask_secret
 from bloom.domain.states import TaskStatus
 
 NOW = 1_750_000_000_000

@@ -4,10 +4,9 @@ With no key configured everything is open (the seed's development mode). The com
 constant-time over bytes, so no header value (long, short, non-ASCII) can raise.
 """
 
-import hmac
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bloom.domain.secrets import key_matches
 from bloom.runtime.http import error
 
 PROTECTED_PREFIXES = ("/api/runtime", "/api/membridge")
@@ -15,10 +14,6 @@ PUBLIC_PATHS = frozenset(
     {"/api/runtime/health", "/api/runtime/test-connection", "/api/membridge/health"}
 )
 HEADER = b"x-runtime-api-key"
-
-
-def key_matches(presented: bytes, expected: bytes) -> bool:
-    return hmac.compare_digest(presented, expected)
 
 
 class ApiKeyMiddleware:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from bloom.domain.masking import mask_secret
+from bloom.domain.secrets import mask_secret
 from bloom.services.clock import Clock
 from bloom.storage.repositories import RuntimeDatabase
 
