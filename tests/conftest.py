@@ -18,10 +18,12 @@ from bloom.storage import migrate
 from bloom.storage.database import resolve_database
 from tests.support.clock import FakeClock
 from tests.support.db import DatabaseProbe
+from tests.support.net import closed_port
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
 from tests.support.server import RuntimeProcess
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+NO_MEMBRIDGE = f"http://127.0.0.1:{closed_port()}"
 TEMPLATE_DB = "bloom_template"
 
 
@@ -88,6 +90,8 @@ def make_settings(database_url: str, data_dir: Path, **overrides: object) -> Run
         "access_log": False,
         "reaper_interval_sec": 3600.0,  # tests reap explicitly, on the fake clock
         "claim_recheck_sec": 0.05,
+        # Nothing listens there: a test that wants Membridge starts one and says so.
+        "membridge_server_url": NO_MEMBRIDGE,
     }
     return RuntimeSettings(**(values | overrides))  # type: ignore[arg-type]
 

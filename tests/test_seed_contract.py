@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from bloom import __version__
+from tests.support.net import closed_port
 from tests.support.server import RuntimeProcess
 
 API = "/api/runtime"
@@ -152,7 +153,9 @@ def assert_newest_first(entries: list[dict[str, Any]], key: str) -> None:
     assert stamps == sorted(stamps, reverse=True)
 
 
-def test_fresh_server_answers_the_seed_curls(http: httpx.Client, database_url: str) -> None:
+def test_fresh_server_answers_the_seed_curls(
+    http: httpx.Client, database_url: str, runtime_process: RuntimeProcess
+) -> None:
     """The seed's verification curls on a fresh server: `/` and /stats answer 200, stats is
     exactly the documented empty shape, health has its fields, every list is empty, and
     missing things and unknown /api paths answer 404 JSON, never the SPA's HTML."""
@@ -173,8 +176,8 @@ def test_fresh_server_answers_the_seed_curls(http: httpx.Client, database_url: s
     assert 0 <= health["uptime"] < 600
 
     assert ok(http.get(f"{API}/config")) == {
-        "membridge_server_url": "http://127.0.0.1:8000",
-        "admin_key_masked": "",
+        "membridge_server_url": runtime_process.membridge_url,  # the environment's, as no
+        "admin_key_masked": "",  # config was saved yet (the default is tested in test_settings)
         "connected": False,
         "last_test": None,
     }
@@ -203,12 +206,13 @@ def test_config_get_and_post_mask_the_admin_key_and_persist(
         ("12345678", "****"),
         ("123456789", "1234****6789"),
     ]
+    nowhere = runtime_process.membridge_url  # nothing listens there: `connected` stays false
     for key, masked in cases:
-        body = {"membridge_server_url": "http://127.0.0.1:8000", "admin_key": key}
+        body = {"membridge_server_url": nowhere, "admin_key": key}
         response = http.post(f"{API}/config", json=body)
         answer = ok(response)
         assert answer == {
-            "membridge_server_url": "http://127.0.0.1:8000",
+            "membridge_server_url": nowhere,
             "admin_key_masked": masked,
             "connected": False,
             "last_test": None,
@@ -217,9 +221,10 @@ def test_config_get_and_post_mask_the_admin_key_and_persist(
         if len(key) > 8:
             assert key not in response.text
 
-    moved = {"membridge_server_url": "http://10.0.0.5:8000", "admin_key": "zyxw-another-key-9876"}
+    elsewhere = f"http://127.0.0.1:{closed_port()}"  # nothing there either
+    moved = {"membridge_server_url": elsewhere, "admin_key": "zyxw-another-key-9876"}
     expected = {
-        "membridge_server_url": "http://10.0.0.5:8000",
+        "membridge_server_url": elsewhere,
         "admin_key_masked": "zyxw****9876",
         "connected": False,
         "last_test": None,
@@ -230,10 +235,8 @@ def test_config_get_and_post_mask_the_admin_key_and_persist(
     assert len(entries) == 5
     assert set(entries[0]) >= AUDIT_FIELDS
     assert [(e["entity_type"], e["entity_id"], e["actor"], e["detail"]) for e in entries] == [
-        ("runtime_config", "singleton", "admin", "Updated membridge URL to http://10.0.0.5:8000")
-    ] + [
-        ("runtime_config", "singleton", "admin", "Updated membridge URL to http://127.0.0.1:8000")
-    ] * 4
+        ("runtime_config", "singleton", "admin", f"Updated membridge URL to {elsewhere}")
+    ] + [("runtime_config", "singleton", "admin", f"Updated membridge URL to {nowhere}")] * 4
     assert all("zyxw-another-key-9876" not in e["detail"] for e in entries)
 
     runtime_process.stop()
@@ -543,6 +546,9 @@ def test_task_lifecycle_as_the_seed_documents_it(http: httpx.Client) -> None:
     assert all(set(t) >= TASK_FIELDS for t in runs)
 
 
+SEED_ENV_MEMBRIDGE = f"http://127.0.0.1:{closed_port()}"  # the seed's env names it; none runs
+
+
 @pytest.fixture
 def seed_env_server(database_url: str, tmp_path: Path) -> Iterator[RuntimeProcess]:
     """A server configured through the seed's /etc/bloom-runtime.env names."""
@@ -550,7 +556,7 @@ def seed_env_server(database_url: str, tmp_path: Path) -> Iterator[RuntimeProces
         database_url,
         tmp_path,
         NODE_ENV="production",
-        MEMBRIDGE_SERVER_URL="http://127.0.0.1:8000",
+        MEMBRIDGE_SERVER_URL=SEED_ENV_MEMBRIDGE,
         MEMBRIDGE_ADMIN_KEY="env-admin-key-1234",
         RUNTIME_API_KEY="runtime-api-key-5678",
     )
@@ -576,7 +582,7 @@ def test_the_seed_env_file_runs_us_unchanged(seed_env_server: RuntimeProcess) ->
         upper = {"X-RUNTIME-API-KEY": "runtime-api-key-5678"}
         assert ok(http.get(f"{API}/stats", headers=upper)) == FRESH_STATS
         assert ok(http.get(f"{API}/config", headers=key)) == {
-            "membridge_server_url": "http://127.0.0.1:8000",
+            "membridge_server_url": SEED_ENV_MEMBRIDGE,
             "admin_key_masked": "env-****1234",
             "connected": False,
             "last_test": None,

@@ -59,6 +59,13 @@ class RuntimeSettings(BaseSettings):
     reaper_interval_sec: float = Field(30.0, gt=0, validation_alias=_env("REAPER_INTERVAL_SEC"))
     sticky_wait_sec: float = Field(30.0, ge=0, validation_alias=_env("STICKY_WAIT_SEC"))
     worker_live_sec: float = Field(60.0, gt=0, validation_alias=_env("WORKER_LIVE_SEC"))
+    worker_sync_sec: float = Field(
+        10.0, gt=0, validation_alias=_env("WORKER_SYNC_SEC"), description="Membridge agent sync."
+    )
+    membridge_retries: int = Field(3, ge=0, le=10, validation_alias=_env("MEMBRIDGE_RETRIES"))
+    membridge_timeout_sec: float = Field(
+        10.0, gt=0, le=120, validation_alias=_env("MEMBRIDGE_TIMEOUT_SEC")
+    )
     retry_base_sec: float = Field(15.0, ge=0, validation_alias=_env("RETRY_BASE_SEC"))
     retry_max_sec: float = Field(600.0, ge=0, validation_alias=_env("RETRY_MAX_SEC"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.net import free_port
+from tests.support.net import closed_port, free_port
 
 
 class RuntimeProcess:
@@ -20,6 +20,12 @@ class RuntimeProcess:
         self.data_dir = data_dir
         self.port = free_port()
         self.extra_env = env
+        # Nothing listens there, unless the test passes the URL of a Membridge it started.
+        self.membridge_url = (
+            env.get("BLOOM_MEMBRIDGE_URL")
+            or env.get("MEMBRIDGE_SERVER_URL")
+            or f"http://127.0.0.1:{closed_port()}"
+        )
         self.log_path = data_dir / f"runtime-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -33,6 +39,7 @@ class RuntimeProcess:
             "DATABASE_URL": self.database_url,
             "BLOOM_DATA_DIR": str(self.data_dir),
             "BLOOM_ACCESS_LOG": "false",
+            "BLOOM_MEMBRIDGE_URL": self.membridge_url,
             **self.extra_env,
         }
         if "RUNTIME_API_KEY" not in self.extra_env:

@@ -67,6 +67,8 @@ class Worker:
     agent_version: str
     os_info: str
     install_method: str
+    source: str = "api"
+    membridge_seen_at: int | None = None
 
     @property
     def max_concurrency(self) -> int:

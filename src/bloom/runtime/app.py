@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
-from bloom.runtime.api import leasing, records, system, tasks, workers
+from bloom.runtime.api import leasing, membridge, records, system, tasks, workers
 from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers
@@ -40,7 +40,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
             yield
         finally:
             await runner.stop()
-            await container.db.dispose()
+            await container.close()
 
     app = FastAPI(
         title="BLOOM Runtime",
@@ -51,7 +51,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
     )
-    for module in (system, workers, tasks, leasing, records):
+    for module in (system, workers, tasks, leasing, records, membridge):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

@@ -4,16 +4,19 @@ import time
 from dataclasses import dataclass, field
 
 from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
+from bloom.clients.membridge import MembridgeClient
 from bloom.domain.retry import RetryPolicy
-from bloom.runtime.loops import Loop, ReaperLoop
+from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.services.clock import Clock, system_clock
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
 from bloom.services.expiry import LeaseReaper
 from bloom.services.leasing import LeaseService, LeaseSettings
+from bloom.services.membridge import MembridgeService
 from bloom.services.records import RecordService
 from bloom.services.signals import QueueSignal
 from bloom.services.tasks import TaskService
+from bloom.services.worker_sync import WorkerSync
 from bloom.services.workers import WorkerService
 from bloom.settings import RuntimeSettings
 from bloom.storage.database import Database, StorageKind, resolve_database
@@ -33,12 +36,19 @@ class Container:
     config: ConfigService
     records: RecordService
     reaper: LeaseReaper
+    membridge_client: MembridgeClient
+    membridge: MembridgeService
+    worker_sync: WorkerSync
     loops: list[Loop] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
 
     @property
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
+
+    async def close(self) -> None:
+        await self.membridge_client.close()
+        await self.db.dispose()
 
 
 def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
@@ -65,6 +75,22 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         worker_live_ms=int(settings.worker_live_sec * 1000),
     )
     reaper = LeaseReaper(db, signal, clock)
+    config = ConfigService(
+        db,
+        clock,
+        default_url=settings.membridge_server_url,
+        default_admin_key=settings.membridge_admin_key.get_secret_value(),
+    )
+    client = MembridgeClient(
+        config.membridge_credentials,
+        clock,
+        retries=settings.membridge_retries,
+        timeout_sec=settings.membridge_timeout_sec,
+    )
+    config.connection = lambda: client.state
+    worker_sync = WorkerSync(
+        db, client, signal, clock, live_ms=int(settings.worker_live_sec * 1000)
+    )
     container = Container(
         settings=settings,
         db=db,
@@ -73,16 +99,17 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         leases=LeaseService(db, signal, clock, lease_settings),
         completion=CompletionService(db, signal, clock, stores[settings.artifact_store], retry),
         workers=WorkerService(db, signal, clock),
-        config=ConfigService(
-            db,
-            clock,
-            default_url=settings.membridge_server_url,
-            default_admin_key=settings.membridge_admin_key.get_secret_value(),
-        ),
+        config=config,
         records=RecordService(db, stores),
         reaper=reaper,
+        membridge_client=client,
+        membridge=MembridgeService(db, client, config, clock),
+        worker_sync=worker_sync,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
+    container.loops.append(
+        PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
+    )
     if is_postgres:
         container.loops.append(QueueListener(db.target, signal.wake))
     return container

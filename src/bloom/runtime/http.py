@@ -14,11 +14,16 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from bloom.services.errors import Conflict, NotFound, ServiceError, Unavailable
+from bloom.services.errors import BadGateway, Conflict, NotFound, ServiceError, Unavailable
 
 log = structlog.get_logger(__name__)
 
-SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409, Unavailable: 503}
+SERVICE_STATUS: dict[type[ServiceError], int] = {
+    NotFound: 404,
+    Conflict: 409,
+    BadGateway: 502,
+    Unavailable: 503,
+}
 HTTP_MESSAGES = {404: "Not found", 405: "Method not allowed"}
 
 

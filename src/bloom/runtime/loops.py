@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
@@ -46,6 +47,28 @@ class ReaperLoop:
                 log.exception("reaper_failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+
+class PeriodicLoop:
+    """Runs `step` at once and then every `interval_sec`; a failing step is logged, not fatal."""
+
+    def __init__(self, name: str, step: Callable[[], Awaitable[object]], interval_sec: float):
+        self.name = name
+        self.step = step
+        self.interval_sec = interval_sec
+        self._stopping = asyncio.Event()
+
+    async def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self.step()
+            except Exception:
+                log.exception("loop_step_failed", loop=self.name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.interval_sec)
 
     def stop(self) -> None:
         self._stopping.set()

@@ -1,7 +1,9 @@
 """The runtime's persisted configuration: where Membridge is and the admin key to reach it."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from bloom.clients.membridge import ConnectionState
 from bloom.domain.secrets import mask_secret
 from bloom.services.clock import Clock
 from bloom.storage.repositories import RuntimeDatabase
@@ -23,26 +25,57 @@ class RuntimeConfig:
 
 
 class ConfigService:
-    """Stored values win over the environment's (the seed's startup priority)."""
+    """Stored values win over the environment's (the seed's startup priority). `connection`,
+    when given, is the live state of this process's Membridge client: it decides `connected`
+    and `last_test` once the client has talked to Membridge."""
 
     def __init__(
-        self, db: RuntimeDatabase, clock: Clock, *, default_url: str, default_admin_key: str
+        self,
+        db: RuntimeDatabase,
+        clock: Clock,
+        *,
+        default_url: str,
+        default_admin_key: str,
+        connection: Callable[[], ConnectionState] | None = None,
     ):
         self.db = db
         self.clock = clock
         self.default_url = default_url
         self.default_admin_key = default_admin_key
+        self.connection = connection
 
     async def get(self) -> RuntimeConfig:
         async with self.db.read() as tx:
             stored = await tx.settings.all_values()
         last_test = stored.get(LAST_TEST_KEY)
-        return RuntimeConfig(
+        config = RuntimeConfig(
             membridge_server_url=stored.get(URL_KEY, self.default_url),
             admin_key_masked=mask_secret(stored.get(ADMIN_KEY, self.default_admin_key)),
             connected=stored.get(CONNECTED_KEY) == "true",
             last_test=int(last_test) if last_test and last_test.isdigit() else None,
         )
+        live = self.connection() if self.connection is not None else None
+        if live is not None and (live.lastSuccess is not None or live.consecutiveFailures):
+            config.connected = live.connected
+            config.last_test = live.lastSuccess or config.last_test
+        return config
+
+    async def membridge_credentials(self) -> tuple[str, str]:
+        """(URL, admin key) for the Membridge client, read fresh: the operator may change them."""
+        async with self.db.read() as tx:
+            stored = await tx.settings.all_values()
+        return (
+            stored.get(URL_KEY, self.default_url),
+            stored.get(ADMIN_KEY, self.default_admin_key),
+        )
+
+    async def record_connection(self, connected: bool) -> None:
+        """Persist the outcome of a connection test (`connected`, and when it last succeeded)."""
+        values = {CONNECTED_KEY: "true" if connected else "false"}
+        if connected:
+            values[LAST_TEST_KEY] = str(self.clock())
+        async with self.db.write() as tx:
+            await tx.settings.put(values)
 
     async def update(
         self, membridge_server_url: str, admin_key: str, actor: str = "admin"

@@ -19,3 +19,7 @@ class Conflict(ServiceError):
 
 class Unavailable(ServiceError):
     """Nothing can serve the request right now, e.g. no worker has a free slot (503)."""
+
+
+class BadGateway(ServiceError):
+    """An upstream service (Membridge) could not be reached or answered nonsense (502)."""

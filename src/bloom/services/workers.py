@@ -74,7 +74,7 @@ class WorkerService:
             worker = fresh
             if not created:
                 updated = await tx.workers.update(
-                    reg.name, given | {"status": reg.status, "last_heartbeat": now}
+                    reg.name, given | {"status": reg.status, "last_heartbeat": now, "source": "api"}
                 )
                 assert updated is not None, "the row exists: the insert just collided with it"
                 worker = updated

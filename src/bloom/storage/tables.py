@@ -129,6 +129,10 @@ workers = Table(
     Column("agent_version", Text, nullable=False, server_default="unknown"),
     Column("os_info", Text, nullable=False, server_default=""),
     Column("install_method", Text, nullable=False, server_default="manual"),
+    # ours: "api" once the worker has spoken to the runtime itself (its own word wins over
+    # Membridge's), "membridge" while it is known only through the worker sync
+    Column("source", Text, nullable=False, server_default="api"),
+    Column("membridge_seen_at", BigInteger),
 )
 
 runtime_artifacts = Table(

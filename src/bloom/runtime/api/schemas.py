@@ -190,3 +190,4 @@ class Health:
     version: str
     uptime: float
     storage: str
+    membridge: dict[str, Any]

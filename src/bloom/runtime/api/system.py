@@ -20,6 +20,7 @@ async def health(container: AppContainer) -> JSON:
             version=__version__,
             uptime=round(container.uptime, 3),
             storage=container.db.kind,
+            membridge=container.membridge_client.state.as_json(),
         )
     )
 

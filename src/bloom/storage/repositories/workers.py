@@ -2,12 +2,13 @@
 
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, or_, select, update
+from sqlalchemy import BigInteger, bindparam, case, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
 from bloom.storage.repositories.base import Repository, entity_columns, entity_values, is_state
-from bloom.storage.tables import leases, workers
+from bloom.storage.tables import JSONType, leases, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
 w = workers
@@ -28,7 +29,7 @@ _HAS_ASSIGNED = (
 _CHECK_IN = (
     update(w)
     .where(w.c.id == bindparam("b_id"))
-    .values(last_heartbeat=bindparam("b_now"), status="online")
+    .values(last_heartbeat=bindparam("b_now"), status="online", source="api")
     .returning(*WORKER_COLUMNS, _HAS_ASSIGNED)
 )
 _LOCK_WITH_ASSIGNED = (
@@ -46,6 +47,43 @@ _MARK_GONE = (
         w.c.id == bindparam("b_id"),
         is_state(w.c.status, "online"),
         or_(w.c.last_heartbeat.is_(None), w.c.last_heartbeat <= bindparam("b_silent_since")),
+    )
+    .values(status="offline")
+    .returning(w.c.id)
+)
+_FROM_MEMBRIDGE = is_state(w.c.source, "membridge")
+# Membridge's view of an agent: only for workers known through Membridge alone; a worker that
+# spoke to the runtime itself keeps its own word, and only the "listed at" time moves.
+_APPLY_AGENT = (
+    update(w)
+    .where(w.c.id == bindparam("b_id"))
+    .values(
+        membridge_seen_at=bindparam("b_now"),
+        url=case((_FROM_MEMBRIDGE, bindparam("b_url")), else_=w.c.url),
+        status=case((_FROM_MEMBRIDGE, bindparam("b_status")), else_=w.c.status),
+        capabilities=case(
+            (_FROM_MEMBRIDGE, bindparam("b_capabilities", type_=JSONType)), else_=w.c.capabilities
+        ),
+        ip_addrs=case(
+            (_FROM_MEMBRIDGE, bindparam("b_ip_addrs", type_=JSONType)), else_=w.c.ip_addrs
+        ),
+        last_heartbeat=case(
+            (
+                _FROM_MEMBRIDGE,
+                func.coalesce(bindparam("b_last_seen", type_=BigInteger()), w.c.last_heartbeat),
+            ),
+            else_=w.c.last_heartbeat,
+        ),
+    )
+    .returning(w.c.id)
+)
+_MARK_QUIET = (
+    update(w)
+    .where(
+        w.c.id == bindparam("b_id"),
+        is_state(w.c.status, "online"),
+        func.coalesce(w.c.membridge_seen_at, 0) < bindparam("b_cutoff"),
+        func.coalesce(w.c.last_heartbeat, 0) < bindparam("b_cutoff"),
     )
     .values(status="offline")
     .returning(w.c.id)
@@ -95,6 +133,24 @@ class WorkerRepository(Repository):
         `silent_since`; True when it was set offline."""
         params = {"b_id": worker_id, "b_silent_since": silent_since}
         return bool(await self.run(_MARK_GONE, params))
+
+    async def apply_agent(self, agent: Agent, now: int) -> None:
+        """Record that Membridge lists `agent` now (see `_APPLY_AGENT` for what changes)."""
+        params = {
+            "b_id": agent.id,
+            "b_now": now,
+            "b_url": agent.url,
+            "b_status": agent.status,
+            "b_capabilities": agent.capabilities,
+            "b_ip_addrs": agent.ip_addrs,
+            "b_last_seen": agent.last_seen,
+        }
+        await self.run(_APPLY_AGENT, params)
+
+    async def mark_quiet(self, worker_id: str, cutoff: int) -> bool:
+        """Set an online worker offline if nothing was heard of it since `cutoff`, directly or
+        through Membridge; True when it was set offline."""
+        return bool(await self.run(_MARK_QUIET, {"b_id": worker_id, "b_cutoff": cutoff}))
 
     async def delete(self, worker_id: str) -> bool:
         return bool(await self.run(_DELETE, {"b_id": worker_id}))

@@ -1,0 +1,1 @@
+"""Typed HTTP clients for the services the runtime talks to, with injectable transports."""

@@ -1,0 +1,86 @@
+"""The fleet as Membridge lists it: reading its agents, and deciding who has gone quiet.
+
+Membridge (ours, or the reference control plane) lists agents with float-second timestamps and
+optional capabilities; the runtime keeps workers with millisecond timestamps. These functions
+translate, tolerantly: an agent that cannot be read is skipped, never an error.
+"""
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bloom.domain.models import DEFAULT_CAPABILITIES, Worker
+from bloom.domain.states import WorkerStatus
+
+WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+STATUSES = frozenset(str(status) for status in WorkerStatus)
+MAX_CONCURRENCY = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """An agent as Membridge reports it, in the runtime's units."""
+
+    id: str
+    url: str
+    status: str
+    capabilities: dict[str, Any]
+    last_seen: int | None
+    ip_addrs: list[str]
+
+
+def epoch_ms(value: Any) -> int | None:
+    """A timestamp in seconds (Membridge) or milliseconds, as epoch milliseconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return int(value) if value > 1e12 else int(value * 1000)
+
+
+def parse_agent(raw: Any) -> Agent | None:
+    """Read one entry of Membridge's `GET /agents`; None when it names no usable worker."""
+    if not isinstance(raw, Mapping):
+        return None
+    name = raw.get("name") or raw.get("node_id") or raw.get("id")
+    if not isinstance(name, str) or not WORKER_ID.fullmatch(name):
+        return None
+    given = raw.get("capabilities")
+    caps: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    concurrency = caps.get("max_concurrency") or raw.get("max_concurrency") or 1
+    labels = caps.get("labels") or raw.get("labels") or []
+    status = raw.get("status")
+    url = raw.get("url")
+    ips = raw.get("ip_addrs")
+    return Agent(
+        id=name,
+        url=url if isinstance(url, str) else "",
+        status=status if status in STATUSES else WorkerStatus.UNKNOWN,
+        capabilities={
+            "claude_cli": caps.get("claude_cli") is not False,
+            "max_concurrency": _bounded(concurrency),
+            "labels": [label for label in labels if isinstance(label, str)]
+            if isinstance(labels, list)
+            else [],
+        },
+        last_seen=epoch_ms(raw.get("last_seen")),
+        ip_addrs=[ip for ip in ips if isinstance(ip, str)] if isinstance(ips, list) else [],
+    )
+
+
+def _bounded(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return int(DEFAULT_CAPABILITIES["max_concurrency"])
+    return max(1, min(MAX_CONCURRENCY, int(value)))
+
+
+def gone_quiet(workers: Iterable[Worker], listed: set[str], cutoff: int) -> list[Worker]:
+    """Online workers with no sign of life since `cutoff`: neither listed by Membridge now or
+    since then, nor heard from directly (registration, claim) since then."""
+    return [
+        worker
+        for worker in workers
+        if worker.status == WorkerStatus.ONLINE
+        and worker.id not in listed
+        and (worker.membridge_seen_at or 0) < cutoff
+        and (worker.last_heartbeat or 0) < cutoff
+    ]
