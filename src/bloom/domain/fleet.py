@@ -13,7 +13,9 @@ from typing import Any
 from bloom.domain.models import DEFAULT_CAPABILITIES, Worker
 from bloom.domain.states import WorkerStatus
 
-WORKER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+WORKER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+"""A worker's name, which is its id in the runtime and its agent name in Membridge: URL-safe."""
+WORKER_ID = re.compile(WORKER_NAME)
 STATUSES = frozenset(str(status) for status in WorkerStatus)
 MAX_CONCURRENCY = 32
 

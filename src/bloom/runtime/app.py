@@ -7,12 +7,12 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
+from bloom.request_log import RequestLogMiddleware
 from bloom.runtime.api import leasing, membridge, records, system, tasks, workers
 from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers
 from bloom.runtime.loops import LoopRunner
-from bloom.runtime.middleware import RequestLogMiddleware
 from bloom.services.clock import Clock, system_clock
 from bloom.settings import RuntimeSettings
 

@@ -9,6 +9,8 @@ and 9 are the reference's failures here).
 
 from dataclasses import dataclass, field
 
+import structlog
+
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.domain.fleet import Agent, gone_quiet, parse_agent
 from bloom.domain.models import Worker
@@ -17,11 +19,13 @@ from bloom.services.signals import QueueSignal
 from bloom.storage.repositories import RuntimeDatabase
 
 ACTOR = "membridge_sync"
+log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True)
 class SyncOutcome:
     listed: int = 0
+    skipped: int = 0
     discovered: list[str] = field(default_factory=list)
     offline: list[str] = field(default_factory=list)
 
@@ -63,6 +67,13 @@ class WorkerSync:
             return None
         agents = [agent for agent in map(parse_agent, raw_agents) if agent is not None]
         outcome = await self._apply(agents, self.clock())
+        outcome.skipped = len(raw_agents) - len(agents)
+        if outcome.skipped:
+            log.warning(
+                "membridge_agents_skipped",
+                count=outcome.skipped,
+                reason="no usable name (letters, digits and ._:@- only, 1..128 characters)",
+            )
         if outcome.discovered:
             self.signal.changed()
         return outcome

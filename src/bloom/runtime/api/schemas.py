@@ -21,11 +21,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
 
-WORKER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
 
 

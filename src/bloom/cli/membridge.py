@@ -1,0 +1,101 @@
+"""`bloom membridge …`: the Membridge control plane server and its schema."""
+
+from typing import Annotated, NoReturn
+
+import typer
+import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
+
+from bloom.logging import configure_logging
+from bloom.membridge.app import create_app
+from bloom.membridge.container import database_target
+from bloom.membridge.schema import SCHEMA
+from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
+from bloom.settings import SettingsError
+from bloom.storage import migrate
+from bloom.storage.database import DatabaseTarget, DatabaseUrlError
+
+app = typer.Typer(help="The Membridge control plane.", no_args_is_help=True)
+db_app = typer.Typer(help="Membridge's database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
+    """Membridge's settings and database, or a one-line error and exit status 2."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        settings = load_membridge_settings(**given)
+        return settings, database_target(settings)
+    except SettingsError as exc:
+        _fail(str(exc))
+    except DatabaseUrlError as exc:
+        _fail(f"BLOOM_MEMBRIDGE_DATABASE_URL: {exc}")
+
+
+def _upgrade(target: DatabaseTarget, revision: str = "head") -> None:
+    try:
+        migrate.upgrade(target, revision, schema=SCHEMA)
+    except SQLAlchemyError as exc:
+        lines = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+        typer.secho(
+            f"bloom: cannot migrate {target.display}: {lines[0]}",
+            err=True,
+            fg=typer.colors.RED,
+        )
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind [env BLOOM_MEMBRIDGE_HOST]")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="Port [env BLOOM_MEMBRIDGE_PORT; default 8000]"),
+    ] = None,
+    migrate_db: Annotated[
+        bool, typer.Option("--migrate/--no-migrate", help="Migrate the schema before serving")
+    ] = True,
+) -> None:
+    """Serve the control plane API (default 127.0.0.1:8000)."""
+    settings, target = _settings(host=host, port=port)
+    try:
+        settings.check_auth()
+    except SettingsError as exc:
+        _fail(str(exc))
+    configure_logging(settings.log_level, settings.log_format)
+    if migrate_db and settings.migrate_on_start:
+        _upgrade(target)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+@db_app.command()
+def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
+    """Migrate Membridge's database (BLOOM_MEMBRIDGE_DATABASE_URL, or SQLite membridge.db)."""
+    _, target = _settings()
+    typer.echo(f"Migrating {target.display} to {revision} …")
+    _upgrade(target, revision)
+    typer.echo(f"At revision {migrate.current_revision(target, schema=SCHEMA)}.")
+
+
+@db_app.command()
+def current() -> None:
+    """Show the database's Membridge schema revision and the newest one this version knows."""
+    _, target = _settings()
+    typer.echo(f"database: {migrate.current_revision(target, schema=SCHEMA) or 'empty'}")
+    typer.echo(f"head:     {migrate.head_revision(SCHEMA)}")

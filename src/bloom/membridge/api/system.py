@@ -1,0 +1,28 @@
+"""Health: public, and what the runtime's test-connection reads."""
+
+from fastapi import APIRouter
+
+from bloom import __version__
+from bloom.membridge import API_VERSION, SERVICE_NAME
+from bloom.membridge.api.deps import AppContainer
+from bloom.membridge.api.schemas import Health
+
+router = APIRouter(tags=["system"])
+
+
+@router.get(
+    "/health",
+    response_model=Health,
+    response_model_exclude_none=True,
+    summary="Liveness, API version, and how many projects and agents there are (no key needed)",
+)
+async def health(container: AppContainer) -> Health:
+    projects, agents = await container.projects.counts()
+    return Health(
+        service=SERVICE_NAME,
+        version=API_VERSION,
+        projects=projects,
+        agents=agents,
+        bloom_version=__version__,
+        auth="disabled" if container.settings.auth_disabled else None,
+    )

@@ -1,0 +1,62 @@
+"""The control plane's FastAPI application factory."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import structlog
+from fastapi import FastAPI
+
+from bloom.membridge import API_VERSION
+from bloom.membridge.api import agents, fleet, jobs, projects, system
+from bloom.membridge.auth import AdminKeyMiddleware
+from bloom.membridge.container import build_container
+from bloom.membridge.http import UnexpectedErrorMiddleware, install_error_handlers
+from bloom.membridge.settings import MembridgeSettings
+from bloom.request_log import RequestLogMiddleware
+from bloom.services.clock import Clock, system_clock
+
+log = structlog.get_logger("bloom.membridge")
+
+
+def create_app(
+    settings: MembridgeSettings | None = None, *, clock: Clock = system_clock
+) -> FastAPI:
+    """Build the app. Raises `SettingsError` when there is no admin key and no dev mode: such a
+    server would either be open by accident or refuse every request, so it is never built.
+    Storage is opened at startup (in the lifespan)."""
+    settings = settings or MembridgeSettings()
+    settings.check_auth()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.auth_disabled:
+            log.warning(
+                "membridge_auth_disabled",
+                message="MEMBRIDGE_DEV is set and no admin key is configured: EVERY endpoint "
+                "is open to anyone who can reach this server. Development only.",
+                host=settings.host,
+            )
+        container = build_container(settings, clock)
+        app.state.container = container
+        try:
+            yield
+        finally:
+            await container.close()
+
+    app = FastAPI(
+        title="Membridge Control Plane",
+        version=API_VERSION,
+        summary="Agent registry, projects, node heartbeats and per-project leadership.",
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    for module in (system, agents, projects, fleet, jobs):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    app.add_middleware(UnexpectedErrorMiddleware)
+    if not settings.auth_disabled:
+        app.add_middleware(AdminKeyMiddleware, admin_key=settings.admin_key_value)
+    app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
+    return app

@@ -1,0 +1,33 @@
+"""The admin key check: header `X-MEMBRIDGE-ADMIN` on every path but the public ones.
+
+Constant-time over bytes (`key_matches`), so no header value (long, short, non-ASCII) can raise.
+Without a key the app is only built in dev mode (`MembridgeSettings.check_auth`), and then this
+middleware is not installed at all.
+"""
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from bloom.domain.secrets import key_matches
+from bloom.membridge.http import detail
+
+HEADER = b"x-membridge-admin"
+PUBLIC_PATHS = frozenset({"/health", "/docs", "/openapi.json"})
+UNAUTHORIZED = "Unauthorized — invalid or missing X-MEMBRIDGE-ADMIN header"
+
+
+class AdminKeyMiddleware:
+    def __init__(self, app: ASGIApp, admin_key: str):
+        if not admin_key:
+            raise ValueError("an admin key is required")
+        self.app = app
+        self.expected = admin_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        presented = next((value for name, value in scope["headers"] if name == HEADER), b"")
+        if key_matches(presented, self.expected):
+            await self.app(scope, receive, send)
+            return
+        await detail(401, UNAUTHORIZED)(scope, receive, send)

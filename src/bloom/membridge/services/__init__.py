@@ -1,0 +1,1 @@
+"""Membridge's use-cases, shared by the HTTP routes (and anything else that needs them)."""

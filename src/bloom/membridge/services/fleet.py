@@ -1,0 +1,102 @@
+"""Heartbeats, the node registry, and the choice of each project's primary node.
+
+Roles are never stored: every answer computes them from the stored choice at the time of the
+request (`rules.role_of`), so a choice's expiry needs nobody to act on it.
+"""
+
+from dataclasses import dataclass
+
+from bloom.domain.fleet import epoch_ms
+from bloom.membridge.models import HeartbeatProject, Leadership, Node
+from bloom.membridge.repositories import MembridgeDatabase
+from bloom.membridge.rules import Role, expires_at, in_force, role_of
+from bloom.services.clock import Clock
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    """A validated heartbeat; `last_seen` is what the node reports (seconds or milliseconds)."""
+
+    node_id: str
+    canonical_id: str
+    obs_count: int | None = None
+    db_sha: str | None = None
+    last_seen: float | None = None
+    ip_addrs: list[str] | None = None
+    project_id: str | None = None
+    agent_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node: Node
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class LeadershipView:
+    canonical_id: str
+    choice: Leadership | None
+    in_force: bool
+    nodes: list[NodeView]
+
+
+class FleetService:
+    def __init__(self, db: MembridgeDatabase, clock: Clock):
+        self.db = db
+        self.clock = clock
+
+    async def heartbeat(self, beat: Heartbeat) -> Role:
+        """Record the node's report (seen now, by our clock), the project it names, and a sign
+        of life of the agent with the node's name; answer the node's role now."""
+        now = self.clock()
+        node = Node(
+            canonical_id=beat.canonical_id,
+            node_id=beat.node_id,
+            obs_count=beat.obs_count,
+            db_sha=beat.db_sha,
+            last_seen=now,
+            reported_last_seen=epoch_ms(beat.last_seen),
+            ip_addrs=list(beat.ip_addrs or []),
+            registered_at=now,
+            project_id=beat.project_id,
+            agent_version=beat.agent_version,
+        )
+        async with self.db.write() as tx:
+            await tx.nodes.put(node)
+            if beat.project_id:
+                await tx.heartbeat_projects.put(
+                    HeartbeatProject(beat.canonical_id, beat.project_id, beat.node_id, now)
+                )
+            await tx.agents.seen(beat.node_id, now)
+            choice = await tx.leadership.get(beat.canonical_id)
+        return role_of(beat.node_id, choice, now)
+
+    async def nodes(self, canonical_id: str) -> list[NodeView]:
+        return (await self.leadership(canonical_id)).nodes
+
+    async def leadership(self, canonical_id: str) -> LeadershipView:
+        async with self.db.read() as tx:
+            choice = await tx.leadership.get(canonical_id)
+            found = await tx.nodes.of_project(canonical_id)
+        now = self.clock()
+        return LeadershipView(
+            canonical_id=canonical_id,
+            choice=choice,
+            in_force=in_force(choice, now),
+            nodes=[NodeView(node, role_of(node.node_id, choice, now)) for node in found],
+        )
+
+    async def select(
+        self, canonical_id: str, primary_node_id: str, lease_seconds: int
+    ) -> Leadership:
+        """Choose the project's primary for `lease_seconds`, one epoch after the last choice.
+
+        As in the reference, neither the project nor the node has to be known yet: an operator
+        may choose the primary before its first heartbeat.
+        """
+        now = self.clock()
+        async with self.db.write() as tx:
+            return await tx.leadership.choose(
+                canonical_id, primary_node_id, lease_seconds, now, expires_at(now, lease_seconds)
+            )
