@@ -92,6 +92,7 @@ def make_settings(database_url: str, data_dir: Path, **overrides: object) -> Run
         "claim_recheck_sec": 0.05,
         # Nothing listens there: a test that wants Membridge starts one and says so.
         "membridge_server_url": NO_MEMBRIDGE,
+        "membridge_retries": 0,
     }
     return RuntimeSettings(**(values | overrides))  # type: ignore[arg-type]
 

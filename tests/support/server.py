@@ -40,6 +40,7 @@ class RuntimeProcess:
             "BLOOM_DATA_DIR": str(self.data_dir),
             "BLOOM_ACCESS_LOG": "false",
             "BLOOM_MEMBRIDGE_URL": self.membridge_url,
+            "BLOOM_MEMBRIDGE_RETRIES": "0",
             **self.extra_env,
         }
         if "RUNTIME_API_KEY" not in self.extra_env:

@@ -53,25 +53,36 @@ class ReaperLoop:
 
 
 class PeriodicLoop:
-    """Runs `step` at once and then every `interval_sec`; a failing step is logged, not fatal."""
+    """Runs `step` at once and then every `interval_sec`; a failing step is logged, not fatal.
+    Stopping cancels a step in flight: steps are transactions, so a cancelled one changes
+    nothing (a worker sync waiting out Membridge's retries need not hold up a shutdown)."""
 
     def __init__(self, name: str, step: Callable[[], Awaitable[object]], interval_sec: float):
         self.name = name
         self.step = step
         self.interval_sec = interval_sec
         self._stopping = asyncio.Event()
+        self._current: asyncio.Future[object] | None = None
 
     async def run(self) -> None:
         while not self._stopping.is_set():
+            self._current = asyncio.ensure_future(self.step())
             try:
-                await self.step()
+                await self._current
+            except asyncio.CancelledError:
+                if not self._stopping.is_set():
+                    raise
             except Exception:
                 log.exception("loop_step_failed", loop=self.name)
+            finally:
+                self._current = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.interval_sec)
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._current is not None:
+            self._current.cancel()
 
 
 class LoopRunner:
