@@ -6,20 +6,38 @@ aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOO
 """
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+S = TypeVar("S", bound="ServiceSettings")
 
 
 def _env(name: str, *seed_names: str) -> AliasChoices:
     return AliasChoices(f"BLOOM_{name}", *seed_names)
 
 
-class RuntimeSettings(BaseSettings):
-    """Everything `bloom runtime serve` reads from its environment."""
+class ServiceSettings(BaseSettings):
+    """What every server of ours reads alike: logging. Empty values count as unset."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)
+
+    log_level: str = Field("info", validation_alias=_env("LOG_LEVEL"))
+    log_format: Literal["json", "console"] = Field("json", validation_alias=_env("LOG_FORMAT"))
+    access_log: bool = Field(True, validation_alias=_env("ACCESS_LOG"))
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
+
+class RuntimeSettings(ServiceSettings):
+    """Everything `bloom runtime serve` reads from its environment."""
 
     data_dir: Path = Field(Path(".bloom"), validation_alias=_env("DATA_DIR"))
     database_url: str | None = Field(
@@ -77,9 +95,6 @@ class RuntimeSettings(BaseSettings):
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = Field(
         "NORMAL", validation_alias=_env("SQLITE_SYNCHRONOUS")
     )
-    log_level: str = Field("info", validation_alias=_env("LOG_LEVEL"))
-    log_format: Literal["json", "console"] = Field("json", validation_alias=_env("LOG_FORMAT"))
-    access_log: bool = Field(True, validation_alias=_env("ACCESS_LOG"))
 
     @property
     def api_key_value(self) -> str:
@@ -95,19 +110,25 @@ class SettingsError(ValueError):
     """The environment holds a value we cannot use; the message names the variable."""
 
 
-def load_runtime_settings(**overrides: object) -> RuntimeSettings:
-    """Settings from the environment (and `overrides`), with errors fit for a person."""
+def load_settings(kind: type[S], **overrides: object) -> S:
+    """`kind` from the environment (and `overrides`), with errors fit for a person."""
     try:
-        settings = RuntimeSettings()
+        settings = kind()
     except ValidationError as exc:
-        problems = [f"{_env_names(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors() if e["loc"]]
+        problems = [
+            f"{_env_names(kind, str(e['loc'][0]))}: {e['msg']}" for e in exc.errors() if e["loc"]
+        ]
         raise SettingsError("invalid settings: " + "; ".join(problems)) from None
     return settings.model_copy(update=overrides) if overrides else settings
 
 
-def _env_names(name: str) -> str:
+def load_runtime_settings(**overrides: object) -> RuntimeSettings:
+    return load_settings(RuntimeSettings, **overrides)
+
+
+def _env_names(kind: type[BaseSettings], name: str) -> str:
     """All the environment names of the setting that `name` (one of them) belongs to."""
-    for field in RuntimeSettings.model_fields.values():
+    for field in kind.model_fields.values():
         alias = field.validation_alias
         if isinstance(alias, AliasChoices) and name in alias.choices:
             return " or ".join(str(choice) for choice in alias.choices)

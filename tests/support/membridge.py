@@ -1,10 +1,8 @@
 """A real `bloom membridge serve` process for end-to-end tests: start, wait, kill -9, restart."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,8 +11,8 @@ import httpx
 import psycopg
 
 from bloom.membridge.settings import MembridgeSettings
-from tests.support.net import free_port
 from tests.support.postgres import PostgresCluster
+from tests.support.process import ServerProcess
 
 ADMIN_KEY = "test-admin-key-123"
 ADMIN_HEADER = "X-MEMBRIDGE-ADMIN"
@@ -34,12 +32,16 @@ def membridge_env(data_dir: Path, **env: str) -> dict[str, str]:
     return {**base, "BLOOM_DATA_DIR": str(data_dir), "COLUMNS": "200", **env}
 
 
-class MembridgeProcess:
+class MembridgeProcess(ServerProcess):
     """The control plane as a child process on a free port, its output kept in a log file.
 
     `database_url` None means the default: SQLite `membridge.db` under `data_dir`. With
     `admin_key` None no key is configured (pass `MEMBRIDGE_DEV="1"` in `env` to serve anyway).
     """
+
+    command = ("membridge", "serve")
+    health_path = "/health"
+    name = "membridge"
 
     def __init__(
         self,
@@ -49,17 +51,10 @@ class MembridgeProcess:
         admin_key: str | None = ADMIN_KEY,
         **env: str,
     ):
-        self.data_dir = data_dir
+        super().__init__(data_dir)
         self.database_url = database_url
         self.admin_key = admin_key
-        self.port = free_port()
         self.extra_env = env
-        self.log_path = data_dir / f"membridge-{self.port}.log"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def sqlite_path(self) -> Path:
@@ -73,7 +68,7 @@ class MembridgeProcess:
     def headers(self) -> dict[str, str]:
         return {ADMIN_HEADER: self.admin_key} if self.admin_key else {}
 
-    def env(self) -> dict[str, str]:
+    def environment(self) -> dict[str, str]:
         env = dict(self.extra_env)
         if self.database_url:
             env["BLOOM_MEMBRIDGE_DATABASE_URL"] = self.database_url
@@ -81,54 +76,9 @@ class MembridgeProcess:
             env["MEMBRIDGE_ADMIN_KEY"] = self.admin_key
         return membridge_env(self.data_dir, **env)
 
-    def start(self, *args: str, timeout: float = 30.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bloom.cli.main",
-                "membridge",
-                "serve",
-                "--port",
-                str(self.port),
-                *args,
-            ],
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.wait_ready(timeout)
-
-    def wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"membridge exited early:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"membridge not ready after {timeout}s:\n{self.log()}")
-
     def client(self, **kwargs: Any) -> httpx.Client:
         """An HTTP client for this server that sends the admin key (if there is one)."""
         return httpx.Client(base_url=self.url, headers=self.headers, timeout=10, **kwargs)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Kill the server (default: kill -9, no chance to clean up)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        self.kill(signal.SIGTERM)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 def run_membridge_cli(

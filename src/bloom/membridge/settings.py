@@ -7,25 +7,20 @@ values count as unset.
 """
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr
 
-from bloom.settings import SettingsError
+from bloom.settings import ServiceSettings, SettingsError, load_settings
 
 DEFAULT_DATABASE_NAME = "membridge.db"
-LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class MembridgeSettings(BaseSettings):
-    """Everything `bloom membridge serve` reads from its environment."""
-
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)
+class MembridgeSettings(ServiceSettings):
+    """Everything `bloom membridge serve` reads from its environment (logging: the base's)."""
 
     admin_key: SecretStr | None = Field(
         None,
@@ -51,18 +46,6 @@ class MembridgeSettings(BaseSettings):
     db_pool_size: int = Field(
         5, ge=1, le=100, validation_alias=_env("BLOOM_MEMBRIDGE_DB_POOL_SIZE")
     )
-    log_level: str = Field("info", validation_alias=_env("BLOOM_LOG_LEVEL"))
-    log_format: Literal["json", "console"] = Field(
-        "json", validation_alias=_env("BLOOM_LOG_FORMAT")
-    )
-    access_log: bool = Field(True, validation_alias=_env("BLOOM_ACCESS_LOG"))
-
-    @field_validator("log_level")
-    @classmethod
-    def _known_level(cls, value: str) -> str:
-        if value.lower() not in LOG_LEVELS:
-            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
-        return value.lower()
 
     @property
     def admin_key_value(self) -> str:
@@ -84,19 +67,4 @@ class MembridgeSettings(BaseSettings):
 
 
 def load_membridge_settings(**overrides: object) -> MembridgeSettings:
-    """Settings from the environment (and `overrides`), with errors fit for a person."""
-    try:
-        settings = MembridgeSettings()
-    except ValidationError as exc:
-        problems = [f"{_env_names(str(e['loc'][0]))}: {e['msg']}" for e in exc.errors() if e["loc"]]
-        raise SettingsError("invalid settings: " + "; ".join(problems)) from None
-    return settings.model_copy(update=overrides) if overrides else settings
-
-
-def _env_names(name: str) -> str:
-    """All the environment names of the setting that `name` (one of them) belongs to."""
-    for field in MembridgeSettings.model_fields.values():
-        alias = field.validation_alias
-        if isinstance(alias, AliasChoices) and name in alias.choices:
-            return " or ".join(str(choice) for choice in alias.choices)
-    return name
+    return load_settings(MembridgeSettings, **overrides)

@@ -18,15 +18,9 @@ from sqlalchemy import (
     false,
 )
 
-from bloom.storage.tables import JSONType
+from bloom.storage.tables import NAMING_CONVENTION, JSONType
 
-metadata = MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 agents = Table(
     "membridge_agents",

@@ -22,13 +22,12 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 
-metadata = MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 QUEUED_ONLY = text("status = 'queued'")
 ACTIVE_ONLY = text("status = 'active'")
