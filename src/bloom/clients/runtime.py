@@ -1,0 +1,231 @@
+"""A typed client for the runtime's HTTP API, shared by the worker and the `bloom` CLI.
+
+Calls raise `RuntimeApiError` for an error reply (with the runtime's message, never a stack
+trace) and `RuntimeUnreachable` when the runtime cannot be reached. The API key travels in the
+`X-Runtime-API-Key` header and nowhere else.
+"""
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+API_KEY_HEADER = "X-Runtime-API-Key"
+TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
+
+
+class RuntimeUnreachable(Exception):
+    """The runtime did not answer (connection refused, timeout, broken stream)."""
+
+
+class RuntimeApiError(Exception):
+    """The runtime answered with an error status."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """One entry of a task's live output, as the events stream delivers it."""
+
+    seq: int
+    type: str
+    data: Any
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):  # the seed's validation shape
+        fields = [
+            f"{name}: {'; '.join(msgs)}" for name, msgs in error.get("fieldErrors", {}).items()
+        ]
+        return "; ".join([*error.get("formErrors", []), *fields]) or "invalid request"
+    return json.dumps(body)[:500]
+
+
+class RuntimeClient:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str = "",
+        *,
+        timeout_sec: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        headers = {API_KEY_HEADER: api_key} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout_sec,
+            transport=transport,
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "RuntimeClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        timeout_sec: float | None = None,
+    ) -> httpx.Response:
+        extra: dict[str, Any] = {} if timeout_sec is None else {"timeout": timeout_sec}
+        try:
+            response = await self._http.request(
+                method, f"/api/runtime{path}", json=body, params=params, **extra
+            )
+        except httpx.HTTPError as exc:
+            raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
+        if response.status_code >= 400:
+            raise RuntimeApiError(response.status_code, _message(response))
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return (await self._call(method, path, **kwargs)).json()
+
+    # reading and steering, for people
+
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("GET", "/health")
+        return result
+
+    async def create_task(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("POST", "/llm-tasks", body=body)
+        return result
+
+    async def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[Any]:
+        params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
+        result: list[Any] = await self._json("GET", "/llm-tasks", params=params)
+        return result
+
+    async def get_task(self, task_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("GET", f"/llm-tasks/{task_id}")
+        return result
+
+    async def cancel_task(self, task_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/cancel")
+        return result
+
+    async def requeue_task(self, task_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/requeue")
+        return result
+
+    async def artifacts(self, task_id: str) -> list[Any]:
+        result: list[Any] = await self._json("GET", "/artifacts", params={"task_id": task_id})
+        return result
+
+    async def artifact_content(self, artifact_id: str) -> str:
+        return (await self._call("GET", f"/artifacts/{artifact_id}/content")).text
+
+    async def list_workers(self) -> list[Any]:
+        result: list[Any] = await self._json("GET", "/workers")
+        return result
+
+    async def events(
+        self, task_id: str, *, after: int = 0, follow: bool = True
+    ) -> AsyncIterator[TaskEvent]:
+        """The task's events after `after`, as they arrive; ends when the task has ended (or at
+        once when not following). The final `end` event carries the task's status."""
+        params = {"follow": "true" if follow else "false"}
+        headers = {"Last-Event-ID": str(after), "Accept": "text/event-stream"}
+        try:
+            async with self._http.stream(
+                "GET",
+                f"/api/runtime/llm-tasks/{task_id}/events",
+                params=params,
+                headers=headers,
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise RuntimeApiError(response.status_code, _message(response))
+                async for event in _parse_sse(response.aiter_lines()):
+                    yield event
+        except httpx.HTTPError as exc:
+            raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
+
+    # the worker's protocol
+
+    async def register_worker(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("POST", "/workers", body=body)
+        return result
+
+    async def claim(
+        self, worker_id: str, *, wait_sec: float, ttl_sec: int | None = None
+    ) -> dict[str, Any] | None:
+        """A `{lease, task}` grant, or None when no work came within `wait_sec`."""
+        body: dict[str, Any] = {"wait_seconds": wait_sec}
+        if ttl_sec is not None:
+            body["ttl_seconds"] = ttl_sec
+        response = await self._call(
+            "POST", f"/workers/{worker_id}/claim", body=body, timeout_sec=wait_sec + 30
+        )
+        if response.status_code == 204:
+            return None
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def heartbeat(self, task_id: str, lease_id: str, worker_id: str) -> dict[str, Any]:
+        body = {"lease_id": lease_id, "worker_id": worker_id}
+        result: dict[str, Any] = await self._json(
+            "POST", f"/llm-tasks/{task_id}/heartbeat", body=body
+        )
+        return result
+
+    async def send_events(
+        self, task_id: str, lease_id: str, worker_id: str, events: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        body = {"lease_id": lease_id, "worker_id": worker_id, "events": events}
+        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/events", body=body)
+        return result
+
+    async def complete(self, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json(
+            "POST", f"/llm-tasks/{task_id}/complete", body=body
+        )
+        return result
+
+
+async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[TaskEvent]:
+    """Server-Sent Events into `TaskEvent`s; comments (keep-alives) are skipped."""
+    event_id, event_type = "", "message"
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                payload = json.loads("\n".join(data))
+                seq = int(event_id) if event_id.isdigit() else 0
+                inner = payload.get("data", payload) if isinstance(payload, dict) else payload
+                yield TaskEvent(seq=seq, type=event_type, data=inner)
+            event_id, event_type, data = "", "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "id":
+                event_id = value
+            elif name == "event":
+                event_type = value
+            elif name == "data":
+                data.append(value)

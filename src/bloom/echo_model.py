@@ -1,0 +1,212 @@
+"""A loopback stand-in for the Anthropic Messages API that answers every prompt with its echo.
+
+`bloom up --demo-model` points the worker's Claude CLI at it (`ANTHROPIC_BASE_URL`), so the whole
+pipeline can be seen working without an API key; the test suite uses it as the model, since the
+network is closed there. It speaks what the CLI needs: `POST /v1/messages`, streaming (SSE) or
+not, and `POST /v1/messages/count_tokens`. Every other path answers 404 in the API's error shape.
+
+The answer is `echo: <last user text>`. A prompt may carry directives in double brackets, which
+the tests use to script the model's behaviour; they are harmless in a demo:
+
+- `[[sleep S]]`: wait S seconds before answering (for timeouts);
+- `[[tokens N]]`: report N output tokens (for budgets);
+- `[[overloaded]]`: answer 529 `overloaded_error`;
+- `[[usage-limit EPOCH_S]]`: until that time, answer as the API does when a plan's usage limit
+  is reached, with the reset time; after it, answer normally.
+
+Every request body is kept in memory (`GET /_requests` lists them), so a test can check what the
+CLI sent, for example that a resumed session carried the earlier turn.
+"""
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+DIRECTIVE = re.compile(r"\[\[(sleep|tokens|overloaded|usage-limit)(?:\s+([0-9.]+))?\]\]")
+MODEL = "claude-echo-1"
+STREAM_CHUNK = 24
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """What the directives in a prompt ask of the model."""
+
+    sleep_sec: float = 0.0
+    output_tokens: int | None = None
+    overloaded: bool = False
+    usage_limit_reset: int | None = None
+
+    @classmethod
+    def parse(cls, prompt: str) -> "Script":
+        found = {name: value for name, value in DIRECTIVE.findall(prompt)}
+        return cls(
+            sleep_sec=float(found.get("sleep") or 0),
+            output_tokens=int(found["tokens"]) if found.get("tokens") else None,
+            overloaded="overloaded" in found,
+            usage_limit_reset=int(float(found["usage-limit"]))
+            if found.get("usage-limit")
+            else None,
+        )
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return ""
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the newest user message that has any (tool results carry none)."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = _text_of(message.get("content"))
+            if text.strip():
+                return text
+    return ""
+
+
+def _error(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"type": "error", "error": {"type": kind, "message": message}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def _sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+@dataclass
+class EchoModel:
+    """The app's state: the requests it has seen."""
+
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    async def messages(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "invalid_request_error", "body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "invalid_request_error", "body must be an object")
+        self.requests.append(body)
+        prompt = last_user_text(body)
+        script = Script.parse(prompt)
+        if script.sleep_sec:
+            await asyncio.sleep(script.sleep_sec)
+        if script.overloaded:
+            return _error(529, "overloaded_error", "Overloaded", {"x-should-retry": "false"})
+        if script.usage_limit_reset is not None and time.time() < script.usage_limit_reset:
+            return _error(
+                429,
+                "rate_limit_error",
+                f"Claude AI usage limit reached|{script.usage_limit_reset}",
+                {
+                    "x-should-retry": "false",
+                    "anthropic-ratelimit-unified-status": "rejected",
+                    "anthropic-ratelimit-unified-reset": str(script.usage_limit_reset),
+                },
+            )
+        answer = f"echo: {prompt.strip()}"
+        input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
+        output_tokens = script.output_tokens or max(1, len(answer) // 4)
+        model = str(body.get("model") or MODEL)
+        if body.get("stream"):
+            return StreamingResponse(
+                self._stream(answer, model, input_tokens, output_tokens),
+                media_type="text/event-stream",
+            )
+        return JSONResponse(
+            {
+                "id": "msg_echo",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": answer}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            }
+        )
+
+    @staticmethod
+    async def _stream(
+        answer: str, model: str, input_tokens: int, output_tokens: int
+    ) -> AsyncIterator[str]:
+        message: dict[str, Any] = {
+            "id": "msg_echo",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        }
+        yield _sse("message_start", {"type": "message_start", "message": message})
+        yield _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        for start in range(0, len(answer), STREAM_CHUNK):
+            delta = {"type": "text_delta", "text": answer[start : start + STREAM_CHUNK]}
+            yield _sse(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        )
+        yield _sse("message_stop", {"type": "message_stop"})
+
+    async def count_tokens(self, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        return JSONResponse({"input_tokens": max(1, len(json.dumps(body)) // 4)})
+
+    async def seen(self, request: Request) -> Response:
+        return JSONResponse(self.requests)
+
+    async def not_found(self, request: Request) -> Response:
+        return _error(404, "not_found_error", f"{request.url.path} is not served here")
+
+
+def create_app(model: EchoModel | None = None) -> Starlette:
+    model = model or EchoModel()
+    return Starlette(
+        routes=[
+            Route("/v1/messages", model.messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
+            Route("/_requests", model.seen, methods=["GET"]),
+            Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]),
+        ]
+    )

@@ -1,0 +1,193 @@
+"""The worker process: register, keep `max_concurrency` slots claiming and running tasks, stay
+visible to the runtime (and Membridge), and drain cleanly when asked to stop.
+"""
+
+import asyncio
+import contextlib
+import os
+import platform
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from bloom import __version__
+from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
+from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.membridge.rules import canonical_id
+from bloom.services.clock import system_clock
+from bloom.worker.sessions import SessionBook
+from bloom.worker.settings import WorkerSettings
+from bloom.worker.task_run import Pause, TaskRun
+
+log = structlog.get_logger("bloom.worker")
+
+PRESENCE_SEC = 15.0
+RETRY_MAX_SEC = 15.0
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        client: RuntimeClient,
+        environ: Mapping[str, str] = os.environ,
+    ):
+        self.settings = settings
+        self.client = client
+        self.environ = environ
+        self.sessions = SessionBook(settings.resolved_work_dir / "sessions.json")
+        self.pause = Pause()
+        self.stopping = asyncio.Event()
+        self.membridge = (
+            MembridgeClient(self._membridge_credentials, system_clock, retries=0, timeout_sec=10.0)
+            if settings.membridge_url
+            else None
+        )
+
+    async def _membridge_credentials(self) -> tuple[str, str]:
+        return self.settings.membridge_url or "", self.settings.membridge_key_value
+
+    def registration(self, status: str = "online") -> dict[str, Any]:
+        return {
+            "name": self.settings.name,
+            "status": status,
+            "capabilities": {
+                "claude_cli": True,
+                "max_concurrency": self.settings.max_concurrency,
+                "labels": self.settings.labels,
+            },
+            "agent_version": __version__,
+            "os_info": f"{platform.node()} / {platform.system()} {platform.machine()}",
+            "install_method": "bloom",
+        }
+
+    def stop(self) -> None:
+        """Stop claiming; running tasks may finish within the drain time."""
+        self.stopping.set()
+
+    async def run(self) -> None:
+        await self._register()
+        if self.stopping.is_set():
+            return
+        log.info("worker_ready", worker=self.settings.name, slots=self.settings.max_concurrency)
+        helpers = [asyncio.create_task(self._presence())]
+        if self.membridge:
+            helpers.append(asyncio.create_task(self._membridge_presence()))
+        slots = [asyncio.create_task(self._slot()) for _ in range(self.settings.max_concurrency)]
+        await self.stopping.wait()
+        log.info("worker_draining", drain_timeout_sec=self.settings.drain_timeout_sec)
+        _, late = await asyncio.wait(slots, timeout=self.settings.drain_timeout_sec)
+        for slot in late:  # tasks still running after the drain time: stop them
+            slot.cancel()
+        await asyncio.gather(*slots, return_exceptions=True)
+        for helper in helpers:
+            helper.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        await self._say_goodbye()
+        log.info("worker_stopped")
+
+    async def _register(self) -> None:
+        """Register with the runtime, retrying until it answers (or the worker is stopped)."""
+        attempt = 0
+        while not self.stopping.is_set():
+            try:
+                await self.client.register_worker(self.registration())
+                return
+            except (RuntimeUnreachable, RuntimeApiError) as exc:
+                attempt += 1
+                log.warning("register_failed", error=str(exc), attempt=attempt)
+                await self._sleep(min(0.5 * 2**attempt, RETRY_MAX_SEC))
+
+    async def _presence(self) -> None:
+        """Register again now and then: keeps the worker online while every slot is busy, and
+        brings it back if an operator deleted it."""
+        while True:
+            await asyncio.sleep(PRESENCE_SEC)
+            try:
+                await self.client.register_worker(self.registration())
+            except (RuntimeUnreachable, RuntimeApiError) as exc:
+                log.warning("presence_failed", error=str(exc))
+
+    async def _membridge_presence(self) -> None:
+        assert self.membridge is not None
+        project = self.settings.project_dir.resolve().name if self.settings.project_dir else None
+        while True:
+            try:
+                await self.membridge.request("POST", "/agents", json=self.registration())
+                if project:
+                    beat = {
+                        "node_id": self.settings.name,
+                        "canonical_id": canonical_id(project),
+                        "project_id": project,
+                        "agent_version": __version__,
+                    }
+                    await self.membridge.request("POST", "/agent/heartbeat", json=beat)
+            except MembridgeUnavailable as exc:
+                log.warning("membridge_unreachable", error=str(exc))
+            await asyncio.sleep(self.settings.membridge_heartbeat_sec)
+
+    async def _say_goodbye(self) -> None:
+        """Tell the runtime and Membridge this worker is offline, so that its contexts move to
+        other workers at once (best effort: without it they notice within a minute)."""
+        with contextlib.suppress(RuntimeUnreachable, RuntimeApiError):
+            await self.client.register_worker(self.registration("offline"))
+        if self.membridge is None:
+            return
+        with contextlib.suppress(MembridgeUnavailable):
+            await self.membridge.request(
+                "POST", "/agents", json=self.registration("offline"), timeout_sec=3
+            )
+        await self.membridge.close()
+
+    async def _slot(self) -> None:
+        """Claim and run tasks, one at a time, until the worker stops."""
+        failures = 0
+        while not self.stopping.is_set():
+            if self.pause.remaining_sec() > 0:
+                log.info("worker_paused", seconds=round(self.pause.remaining_sec()))
+                await self._sleep(self.pause.remaining_sec())
+                continue
+            claim = asyncio.create_task(
+                self.client.claim(
+                    self.settings.name,
+                    wait_sec=self.settings.claim_wait_sec,
+                    ttl_sec=self.settings.lease_ttl_sec,
+                )
+            )
+            stop = asyncio.create_task(self.stopping.wait())
+            await asyncio.wait({claim, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not claim.done():
+                claim.cancel()  # the runtime sees the hang-up and grants nothing
+                await asyncio.gather(claim, return_exceptions=True)
+                return
+            try:
+                grant = claim.result()
+            except (RuntimeUnreachable, RuntimeApiError) as exc:
+                failures += 1
+                log.warning("claim_failed", error=str(exc), attempt=failures)
+                if isinstance(exc, RuntimeApiError) and exc.status == 404:
+                    await self._register()  # the runtime forgot us: introduce ourselves again
+                await self._sleep(min(0.5 * 2**failures, RETRY_MAX_SEC))
+                continue
+            failures = 0
+            if grant is not None:
+                await self._run(grant)
+
+    async def _run(self, grant: Mapping[str, Any]) -> None:
+        """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
+        run = TaskRun(self.settings, self.client, self.sessions, self.pause, grant, self.environ)
+        task = asyncio.create_task(run.run())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake at once when the worker is stopped."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds * random.uniform(0.9, 1.1))

@@ -1,0 +1,198 @@
+"""Running the `claude` binary once: argv, a clean environment, streaming, timeout and kill.
+
+`claude -p --output-format stream-json --verbose`, the prompt on stdin (never in argv, where `ps`
+would show it and the argument size limit would cut it). The CLI runs in a process group of its
+own, so a timeout or a cancel kills it and everything it started.
+"""
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bloom.worker.outcome import RunReport
+
+SECRET_PREFIXES = ("BLOOM_", "MEMBRIDGE_")
+SECRET_NAMES = frozenset({"RUNTIME_API_KEY", "DATABASE_URL", "MEMBRIDGE_ADMIN_KEY"})
+BUILTIN_AGENTS = frozenset({"claude", "Explore", "general-purpose", "Plan", "statusline-setup"})
+KILL_GRACE_SEC = 3.0
+STDERR_TAIL = 4000
+STREAM_LIMIT = 16 * 1024 * 1024  # one stream-json line can carry a whole file a tool read
+
+PR_SET_PDEATHSIG = 1
+
+EventSink = Callable[[str, Any], Awaitable[None]]
+"""Receives each event of the run: ("claude", <stream-json object>) or ("stderr", {"line"})."""
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: be killed when the worker dies, even by kill -9 (Linux)."""
+    assert _LIBC is not None
+    _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def child_environment(environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
+    """The worker's environment without the runtime's and Membridge's secrets (Claude's own
+    credentials stay); the seed's `CLAUDE_PROJECT_ID` for a named agent slug."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(SECRET_PREFIXES) and name not in SECRET_NAMES
+    }
+    if agent_slug != "default":
+        env["CLAUDE_PROJECT_ID"] = agent_slug
+    return env
+
+
+def known_agent(slug: str, search_dirs: list[Path]) -> bool:
+    """Whether `slug` names an agent the CLI knows: a built-in one or `<dir>/<slug>.md`."""
+    if slug in BUILTIN_AGENTS:
+        return True
+    return "/" not in slug and any((d / f"{slug}.md").is_file() for d in search_dirs)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    binary: str
+    prompt: str
+    cwd: Path
+    env: dict[str, str]
+    timeout_sec: int
+    resume: str | None = None
+    agent: str | None = None
+    budget_usd: float = 0.0
+    extra_args: list[str] = field(default_factory=list)
+
+    def argv(self) -> list[str]:
+        args = [self.binary, "-p", "--output-format", "stream-json", "--verbose", *self.extra_args]
+        if self.resume:
+            args += ["--resume", self.resume]
+        if self.agent:
+            args += ["--agent", self.agent]
+        if self.budget_usd > 0:
+            args += ["--max-budget-usd", f"{self.budget_usd:g}"]
+        return args
+
+
+class ClaudeProcess:
+    """One run; `cancel()` (from another task) stops it as a cancel, not a failure."""
+
+    def __init__(self, invocation: Invocation, sink: EventSink):
+        self.invocation = invocation
+        self.sink = sink
+        self._process: asyncio.subprocess.Process | None = None
+        self._cancelled = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def run(self) -> RunReport:
+        inv = self.invocation
+        started = time.monotonic()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *inv.argv(),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=inv.cwd,
+                env=inv.env,
+                start_new_session=True,
+                limit=STREAM_LIMIT,
+                preexec_fn=_die_with_parent if _LIBC is not None else None,
+            )
+        except OSError as exc:
+            return RunReport(
+                exit_code=None,
+                duration_ms=0,
+                stderr_tail=f"cannot start {inv.binary}: {exc.strerror or exc}",
+            )
+        process = self._process
+        result: dict[str, Any] | None = None
+        stderr: list[str] = []
+
+        async def feed() -> None:
+            assert process.stdin is not None
+            try:
+                process.stdin.write(inv.prompt.encode())
+                await process.stdin.drain()
+                process.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        async def read_stdout() -> None:
+            nonlocal result
+            assert process.stdout is not None
+            async for raw in process.stdout:
+                line = raw.decode(errors="replace").strip()
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    await self.sink("stderr", {"line": line[:2000]})
+                    continue
+                if isinstance(event, dict) and event.get("type") == "result":
+                    result = event
+                await self.sink("claude", event)
+
+        async def read_stderr() -> None:
+            assert process.stderr is not None
+            async for raw in process.stderr:
+                line = raw.decode(errors="replace").rstrip()
+                stderr.append(line)
+                await self.sink("stderr", {"line": line[:2000]})
+
+        timed_out = False
+        io = asyncio.gather(feed(), read_stdout(), read_stderr(), process.wait())
+        try:
+            await asyncio.wait_for(asyncio.shield(io), inv.timeout_sec)
+        except TimeoutError:
+            timed_out = not self._cancelled
+            await self.kill()
+            await io
+        except asyncio.CancelledError:
+            await self.kill()
+            raise
+        _signal_group(process.pid, signal.SIGKILL)  # nothing it started outlives the run
+        return RunReport(
+            exit_code=process.returncode,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            result=result,
+            stderr_tail="\n".join(stderr)[-STDERR_TAIL:],
+            timed_out=timed_out,
+            timeout_sec=inv.timeout_sec,
+            cancelled=self._cancelled,
+        )
+
+    async def cancel(self) -> None:
+        self._cancelled = True
+        await self.kill()
+
+    async def kill(self) -> None:
+        """SIGTERM to the whole group, SIGKILL after a grace period."""
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        _signal_group(process.pid, signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), KILL_GRACE_SEC)
+        _signal_group(process.pid, signal.SIGKILL)  # stragglers in the group, too
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,40 @@
+"""`bloom worker run`'s process: the event loop, signals, and the exit status."""
+
+import asyncio
+import logging
+import shutil
+import signal
+
+import structlog
+
+from bloom.clients.runtime import RuntimeClient
+from bloom.worker.agent import Worker
+from bloom.worker.settings import WorkerSettings
+
+log = structlog.get_logger("bloom.worker")
+
+
+def run_worker(settings: WorkerSettings) -> int:
+    """Run until SIGTERM or SIGINT, then drain. Returns the exit status."""
+    binary = shutil.which(settings.claude_bin)
+    if binary is None:
+        log.error(
+            "claude_not_found",
+            claude_bin=settings.claude_bin,
+            hint="install the Claude CLI (npm i -g @anthropic-ai/claude-code) or set "
+            "BLOOM_CLAUDE_BIN",
+        )
+        return 2
+    settings = settings.model_copy(update={"claude_bin": binary})
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: WorkerSettings) -> int:
+    async with RuntimeClient(settings.runtime_url, settings.api_key_value) as client:
+        worker = Worker(settings, client)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+    return 0

@@ -1,0 +1,169 @@
+"""What a Claude CLI run amounts to: the result to report and, for a failure, why (pure).
+
+The CLI ends a `stream-json` run with one `result` event (`result`, `is_error`, `session_id`,
+`total_cost_usd`, `usage`, `num_turns`). API errors arrive there as text: "API Error: 529
+Overloaded …", "API Error: Request rejected (429) · Claude AI usage limit reached|<epoch s>".
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from bloom.domain.retry import ErrorCode
+
+USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
+RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
+JSON_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
+ERROR_TAIL = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What the executor saw of one CLI run."""
+
+    exit_code: int | None
+    duration_ms: int
+    result: dict[str, Any] | None = None
+    stderr_tail: str = ""
+    timed_out: bool = False
+    timeout_sec: int = 0
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The complete call's content."""
+
+    success: bool
+    output: str | None = None
+    error_message: str | None = None
+    error_code: ErrorCode | None = None
+    retry_at: int | None = None
+    session_id: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def complete_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "status": "success" if self.success else "error",
+            "output": self.output,
+            "error_message": self.error_message,
+            "metrics": self.metrics,
+        }
+        if self.error_code is not None:
+            body["error_code"] = str(self.error_code)
+        if self.retry_at is not None:
+            body["retry_at"] = self.retry_at
+        if self.session_id:
+            body["session_id"] = self.session_id
+        return body
+
+
+def metrics_of(report: RunReport) -> dict[str, Any]:
+    """`duration_ms` always; tokens, cost and turns when the CLI reported them."""
+    metrics: dict[str, Any] = {"duration_ms": report.duration_ms, "tokens_used": None}
+    result = report.result or {}
+    usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+    if usage:
+        inputs = sum(
+            int(usage.get(key) or 0)
+            for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        outputs = int(usage.get("output_tokens") or 0)
+        metrics |= {
+            "input_tokens": inputs,
+            "output_tokens": outputs,
+            "tokens_used": inputs + outputs,
+        }
+    if isinstance(result.get("total_cost_usd"), int | float):
+        metrics["cost_usd"] = float(result["total_cost_usd"])
+    if isinstance(result.get("num_turns"), int):
+        metrics["num_turns"] = result["num_turns"]
+    return metrics
+
+
+def _error_text(result: dict[str, Any]) -> str:
+    text = result.get("result")
+    if isinstance(text, str) and text.strip():
+        return text.strip()
+    errors = result.get("errors")
+    if isinstance(errors, list) and errors:
+        return "; ".join(str(e) for e in errors)
+    return f"Claude CLI reported an error ({result.get('subtype', 'unknown')})"
+
+
+def _epoch_ms(value: str) -> int:
+    number = int(value)
+    return number if number >= 10**12 else number * 1000
+
+
+def classify_error(text: str) -> tuple[ErrorCode, int | None]:
+    """The error code (and reset time, epoch ms) for an error the CLI reported as text."""
+    usage = USAGE_LIMIT.search(text)
+    if usage:
+        return ErrorCode.USAGE_LIMIT, _epoch_ms(usage.group(1)) if usage.group(1) else None
+    if RATE_LIMITED.search(text):
+        return ErrorCode.RATE_LIMITED, None
+    return ErrorCode.CLI_ERROR, None
+
+
+def json_output(text: str) -> str | None:
+    """`text` as JSON text (a ```json fence removed), or None when it is not JSON."""
+    stripped = text.strip()
+    fenced = JSON_FENCE.match(stripped)
+    candidate = fenced.group(1) if fenced else stripped
+    try:
+        json.loads(candidate)
+    except ValueError:
+        return None
+    return candidate
+
+
+def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outcome:
+    """Turn what the run did into the outcome to report."""
+    metrics = metrics_of(report)
+    result = report.result
+    session_id = result.get("session_id") if result else None
+    session = session_id if isinstance(session_id, str) else None
+
+    def failed(code: ErrorCode, message: str, retry_at: int | None = None) -> Outcome:
+        return Outcome(
+            success=False,
+            error_message=message[-ERROR_TAIL:],
+            error_code=code,
+            retry_at=retry_at,
+            session_id=session,
+            metrics=metrics,
+        )
+
+    cost = metrics.get("cost_usd")
+    if report.cancelled:
+        return failed(ErrorCode.CANCELLED, "Cancelled while running")
+    if report.timed_out:
+        return failed(ErrorCode.TIMEOUT, f"Timed out after {report.timeout_sec}s")
+    if budget_usd > 0 and (
+        (result is not None and result.get("subtype") == "error_max_budget_usd")
+        or (cost is not None and cost > budget_usd)
+    ):
+        spent = f"${cost:.4f}" if cost is not None else "more"
+        return failed(
+            ErrorCode.BUDGET_EXCEEDED, f"Budget exceeded: spent {spent} of ${budget_usd:g}"
+        )
+    if result is None:
+        detail = report.stderr_tail.strip() or "no result event"
+        return failed(
+            ErrorCode.CLI_ERROR, f"Claude CLI exited with code {report.exit_code}: {detail}"
+        )
+    if result.get("is_error") or report.exit_code not in (0, None):
+        code, retry_at = classify_error(_error_text(result))
+        return failed(code, _error_text(result), retry_at)
+    text = result.get("result")
+    output = text if isinstance(text, str) else ""
+    if desired_format == "json":
+        parsed = json_output(output)
+        if parsed is None:
+            return failed(
+                ErrorCode.INVALID_OUTPUT, "desired_format is json, but the output is not JSON"
+            )
+        output = parsed
+    return Outcome(success=True, output=output, session_id=session, metrics=metrics)

@@ -1,0 +1,127 @@
+"""Worker settings from the environment (`BLOOM_WORKER_…`; the seed agent's names as aliases)."""
+
+import re
+import socket
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+
+from bloom.domain.fleet import WORKER_ID
+from bloom.settings import ServiceSettings, load_settings
+
+
+def _env(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+def default_worker_name() -> str:
+    """This machine's host name, made into a valid worker name."""
+    name = re.sub(r"[^A-Za-z0-9._:@-]", "-", socket.gethostname()).strip("-.") or "worker"
+    return name[:128]
+
+
+class WorkerSettings(ServiceSettings):
+    """Everything `bloom worker run` reads from its environment (logging: the base's)."""
+
+    name: str = Field(
+        default_factory=default_worker_name,
+        validation_alias=_env("BLOOM_WORKER_NAME", "MEMBRIDGE_NODE_ID"),
+        description="The worker's id at the runtime and its agent name at Membridge.",
+    )
+    runtime_url: str = Field("http://127.0.0.1:5000", validation_alias=_env("BLOOM_RUNTIME_URL"))
+    api_key: SecretStr | None = Field(
+        None,
+        validation_alias=_env("BLOOM_WORKER_API_KEY", "BLOOM_API_KEY", "RUNTIME_API_KEY"),
+        description="Sent as X-Runtime-API-Key. Never passed on to Claude.",
+    )
+    membridge_url: str | None = Field(
+        None,
+        validation_alias=_env("BLOOM_MEMBRIDGE_URL", "MEMBRIDGE_SERVER_URL"),
+        description="When set, the worker registers there too and sends it heartbeats.",
+    )
+    membridge_admin_key: SecretStr | None = Field(
+        None,
+        validation_alias=_env(
+            "BLOOM_MEMBRIDGE_ADMIN_KEY", "MEMBRIDGE_SERVER_ADMIN_KEY", "MEMBRIDGE_ADMIN_KEY"
+        ),
+    )
+    max_concurrency: int = Field(
+        1, ge=1, le=32, validation_alias=_env("BLOOM_WORKER_CONCURRENCY", "MAX_CONCURRENCY")
+    )
+    labels: list[str] = Field(default_factory=list, validation_alias=_env("BLOOM_WORKER_LABELS"))
+
+    data_dir: Path = Field(Path(".bloom"), validation_alias=_env("BLOOM_DATA_DIR"))
+    work_dir: Path | None = Field(
+        None,
+        validation_alias=_env("BLOOM_WORKER_WORK_DIR"),
+        description="Each task runs in a directory of its own under this one.",
+    )
+    project_dir: Path | None = Field(
+        None,
+        validation_alias=_env("BLOOM_WORKER_PROJECT_DIR"),
+        description="Where a task's context_hints (relative paths and globs) are looked up.",
+    )
+
+    claude_bin: str = Field("claude", validation_alias=_env("BLOOM_CLAUDE_BIN", "CLAUDE_BIN"))
+    claude_args: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("BLOOM_CLAUDE_ARGS"),
+        description='Extra arguments for every run, as a JSON list, e.g. ["--bare"].',
+    )
+
+    lease_ttl_sec: int = Field(
+        60, ge=5, le=86_400, validation_alias=_env("BLOOM_WORKER_LEASE_TTL_SEC")
+    )
+    heartbeat_sec: float = Field(
+        5.0,
+        gt=0,
+        validation_alias=_env("BLOOM_WORKER_HEARTBEAT_SEC"),
+        description="Lease renewal (and event flush) period while the CLI runs.",
+    )
+    claim_wait_sec: float = Field(
+        25.0, ge=0, le=120, validation_alias=_env("BLOOM_WORKER_CLAIM_WAIT_SEC")
+    )
+    complete_deadline_sec: float = Field(
+        600.0,
+        gt=0,
+        validation_alias=_env("BLOOM_WORKER_COMPLETE_DEADLINE_SEC"),
+        description="How long a complete is retried before the result is given up.",
+    )
+    membridge_heartbeat_sec: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=_env(
+            "BLOOM_WORKER_MEMBRIDGE_HEARTBEAT_SEC", "MEMBRIDGE_HEARTBEAT_INTERVAL_SECONDS"
+        ),
+    )
+    drain_timeout_sec: float = Field(
+        600.0,
+        ge=0,
+        validation_alias=_env("BLOOM_WORKER_DRAIN_TIMEOUT_SEC"),
+        description="On SIGTERM, how long running tasks may take to finish before they are killed.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not WORKER_ID.match(value):
+            raise ValueError(
+                "letters, digits and . _ : @ - only, at most 128, not starting with a sign"
+            )
+        return value
+
+    @property
+    def api_key_value(self) -> str:
+        return self.api_key.get_secret_value() if self.api_key is not None else ""
+
+    @property
+    def membridge_key_value(self) -> str:
+        return self.membridge_admin_key.get_secret_value() if self.membridge_admin_key else ""
+
+    @property
+    def resolved_work_dir(self) -> Path:
+        return self.work_dir or self.data_dir / "worker" / self.name
+
+
+def load_worker_settings(**overrides: object) -> WorkerSettings:
+    return load_settings(WorkerSettings, **overrides)

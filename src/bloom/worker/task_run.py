@@ -1,0 +1,290 @@
+"""One leased task on this worker: run the CLI, keep the lease alive, forward its events, and
+report the outcome (retried until the runtime has it).
+
+The lease is the fence: when a heartbeat or an event post is refused (the lease expired, was
+replaced, or the task is gone) the CLI is killed and nothing is reported, because another worker
+may own the task by now.
+"""
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.domain.retry import ErrorCode
+from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
+from bloom.worker.outcome import Outcome, RunReport, decide
+from bloom.worker.prompt import build_prompt, resolve_hints
+from bloom.worker.sessions import SessionBook
+from bloom.worker.settings import WorkerSettings
+
+log = structlog.get_logger("bloom.worker")
+
+FLUSH_SEC = 0.5
+MAX_BATCH = 500
+MAX_EVENT_BYTES = 60 * 1024
+MAX_BUFFERED = 5000
+NO_SESSION = "No conversation found"
+USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
+
+
+class LeaseLost(Exception):
+    """The runtime refused the lease: this worker must stop working on the task."""
+
+
+@dataclass(slots=True)
+class Pause:
+    """Epoch ms before which this worker takes no work (a usage limit's reset)."""
+
+    until_ms: int = 0
+
+    def remaining_sec(self) -> float:
+        return max(0.0, self.until_ms / 1000 - time.time())
+
+
+def _bounded(kind: str, data: Any) -> dict[str, Any]:
+    """An event small enough for the runtime; a huge one keeps its kind and a preview."""
+    text = json.dumps(data, default=str)
+    if len(text) <= MAX_EVENT_BYTES:
+        return {"type": kind, "data": data}
+    inner = data.get("type") if isinstance(data, dict) else None
+    return {"type": kind, "data": {"type": inner, "truncated": True, "preview": text[:4000]}}
+
+
+class EventOutbox:
+    """Events waiting to be posted, in order; kept across a runtime outage, within a bound."""
+
+    def __init__(self, client: RuntimeClient, task_id: str, lease_id: str, worker_id: str):
+        self.client = client
+        self.ids = (task_id, lease_id, worker_id)
+        self.pending: list[dict[str, Any]] = []
+        self.dropped = 0
+
+    async def add(self, kind: str, data: Any) -> None:
+        if len(self.pending) >= MAX_BUFFERED:
+            self.pending.pop(0)
+            self.dropped += 1
+        self.pending.append(_bounded(kind, data))
+
+    async def flush(self) -> None:
+        """Post what is pending; raises LeaseLost when the runtime refuses the lease."""
+        while self.pending:
+            batch = self.pending[:MAX_BATCH]
+            try:
+                await self.client.send_events(*self.ids, batch)
+            except RuntimeUnreachable:
+                return  # kept; the next flush tries again
+            except RuntimeApiError as exc:
+                if exc.status in (404, 409):
+                    raise LeaseLost(exc.message) from None
+                log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
+            del self.pending[: len(batch)]
+
+
+class TaskRun:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        client: RuntimeClient,
+        sessions: SessionBook,
+        pause: Pause,
+        grant: Mapping[str, Any],
+        environ: Mapping[str, str] = os.environ,
+    ):
+        self.settings = settings
+        self.client = client
+        self.sessions = sessions
+        self.pause = pause
+        self.task: Mapping[str, Any] = grant["task"]
+        self.lease: Mapping[str, Any] = grant["lease"]
+        self.environ = environ
+        self.outbox = EventOutbox(client, self.task["id"], self.lease["id"], settings.name)
+        self.log = log.bind(task_id=self.task["id"], lease_id=self.lease["id"])
+
+    async def run(self) -> None:
+        task_id, context = self.task["id"], self.task["context_id"]
+        try:
+            beat = await self._heartbeat()
+        except LeaseLost as exc:
+            self.log.warning("lease_lost_before_start", reason=str(exc))
+            return
+        if beat.get("cancel_requested"):
+            await self._report(
+                Outcome(
+                    False,
+                    error_message="Cancelled before it started",
+                    error_code=ErrorCode.CANCELLED,
+                    metrics={"duration_ms": 0},
+                )
+            )
+            return
+        try:
+            async with self.sessions.lock(context):
+                report = await self._execute()
+        except LeaseLost as exc:
+            self.log.warning("lease_lost", reason=str(exc))
+            return
+        except asyncio.CancelledError:
+            # The worker is stopping and the drain time is over: say so, so that the task is
+            # retried now rather than when its lease runs out.
+            outcome = Outcome(
+                False,
+                error_message="The worker stopped before the task ended",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
+            await asyncio.shield(self._report(outcome, deadline_sec=5))
+            raise
+        policy = self.task.get("policy") or {}
+        outcome = decide(
+            report,
+            desired_format=self.task.get("desired_format", "text"),
+            budget_usd=float(policy.get("budget") or 0),
+        )
+        if outcome.session_id and not report.timed_out:
+            self.sessions.set(context, outcome.session_id)
+        if outcome.error_code is ErrorCode.USAGE_LIMIT:
+            until = outcome.retry_at or int(time.time() * 1000) + USAGE_LIMIT_FALLBACK_MS
+            self.pause.until_ms = max(self.pause.until_ms, until)
+            outcome = replace(outcome, retry_at=until)
+        await self._report(outcome)
+        self.log.info(
+            "task_done",
+            task_id=task_id,
+            success=outcome.success,
+            error_code=outcome.error_code,
+            duration_ms=report.duration_ms,
+        )
+
+    async def _execute(self) -> RunReport:
+        """Run the CLI (resuming the context's session) while the lease is kept alive."""
+        resume = self.sessions.get(self.task["context_id"])
+        report = await self._run_cli(resume)
+        failed_resume = report.result is None or report.result.get("is_error")
+        if resume and failed_resume and NO_SESSION in (report.stderr_tail + str(report.result)):
+            self.sessions.forget(self.task["context_id"])  # its transcript is gone: start anew
+            report = await self._run_cli(None)
+        return report
+
+    def _invocation(self, resume: str | None) -> Invocation:
+        settings, task = self.settings, self.task
+        policy = task.get("policy") or {}
+        context = resolve_hints(list(task.get("context_hints") or []), settings.project_dir)
+        workdir = settings.resolved_work_dir / "tasks" / task["id"]
+        workdir.mkdir(parents=True, exist_ok=True)
+        slug = str(task.get("agent_slug") or "default")
+        agent_dirs = [Path.home() / ".claude" / "agents"]
+        if settings.project_dir:
+            agent_dirs.append(settings.project_dir / ".claude" / "agents")
+        return Invocation(
+            binary=settings.claude_bin,
+            prompt=build_prompt(task["prompt"], context),
+            cwd=workdir,
+            env=child_environment(self.environ, slug),
+            timeout_sec=int(policy.get("timeout_sec") or 120),
+            resume=resume,
+            agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
+            budget_usd=float(policy.get("budget") or 0),
+            extra_args=list(settings.claude_args),
+        )
+
+    async def _run_cli(self, resume: str | None) -> RunReport:
+        invocation = self._invocation(resume)
+        await self.outbox.add(
+            "started",
+            {
+                "worker_id": self.settings.name,
+                "lease_id": self.lease["id"],
+                "attempt": self.task.get("attempts"),
+                "resumed_session": resume,
+            },
+        )
+        process = ClaudeProcess(invocation, self.outbox.add)
+        keeper = asyncio.create_task(self._keep_alive(process))
+        run = asyncio.create_task(process.run())
+        done, _ = await asyncio.wait({keeper, run}, return_when=asyncio.FIRST_COMPLETED)
+        if keeper in done and keeper.exception() is not None:
+            await process.kill()
+            await run
+            raise LeaseLost(str(keeper.exception()))
+        keeper.cancel()
+        report = run.result()
+        await self.outbox.flush()
+        return report
+
+    async def _keep_alive(self, process: ClaudeProcess) -> None:
+        """Flush events often and renew the lease every `heartbeat_sec`; stop the CLI when the
+        task is cancelled. Raises LeaseLost when the runtime refuses the lease."""
+        last_beat = time.monotonic()
+        while True:
+            await asyncio.sleep(FLUSH_SEC)
+            await self.outbox.flush()
+            if time.monotonic() - last_beat >= self.settings.heartbeat_sec:
+                last_beat = time.monotonic()
+                beat = await self._heartbeat()
+                if beat.get("cancel_requested"):
+                    await process.cancel()
+
+    async def _heartbeat(self) -> dict[str, Any]:
+        """Renew the lease; a runtime that cannot be reached is tried again at the next beat."""
+        try:
+            return await self.client.heartbeat(
+                self.task["id"], self.lease["id"], self.settings.name
+            )
+        except RuntimeUnreachable as exc:
+            self.log.warning("heartbeat_unreachable", error=str(exc))
+            return {}
+        except RuntimeApiError as exc:
+            if exc.status in (404, 409):
+                raise LeaseLost(exc.message) from None
+            self.log.warning("heartbeat_rejected", error=exc.message)
+            return {}
+
+    async def _report(self, outcome: Outcome, deadline_sec: float | None = None) -> None:
+        """Complete the attempt, retrying with backoff until the runtime answers or the deadline."""
+        finished = {
+            "status": "success" if outcome.success else "error",
+            "error_code": str(outcome.error_code) if outcome.error_code else None,
+            "error": outcome.error_message,
+            "duration_ms": outcome.metrics.get("duration_ms"),
+            "cost_usd": outcome.metrics.get("cost_usd"),
+            "tokens_used": outcome.metrics.get("tokens_used"),
+        }
+        await self.outbox.add("finished", finished)
+        try:
+            await self.outbox.flush()
+        except LeaseLost as exc:
+            self.log.warning("lease_lost_before_complete", reason=str(exc))
+            return
+        body = outcome.complete_body() | {
+            "lease_id": self.lease["id"],
+            "worker_id": self.settings.name,
+        }
+        deadline = time.monotonic() + (deadline_sec or self.settings.complete_deadline_sec)
+        attempt = 0
+        while True:
+            try:
+                await self.client.complete(self.task["id"], body)
+                return
+            except RuntimeApiError as exc:
+                if exc.status < 500 and exc.status != 429:
+                    self.log.warning("complete_refused", status=exc.status, error=exc.message)
+                    return
+                error = exc.message
+            except RuntimeUnreachable as exc:
+                error = str(exc)
+            attempt += 1
+            pause = min(0.5 * 2**attempt, 15.0) * random.uniform(1.0, 1.3)
+            if time.monotonic() + pause > deadline:
+                self.log.error("complete_given_up", error=error, attempts=attempt)
+                return
+            self.log.warning("complete_retry", error=error, attempt=attempt)
+            await asyncio.sleep(pause)
