@@ -1,0 +1,22 @@
+"""`bloom echo-model serve`: the loopback stand-in for the Anthropic API (see bloom.echo_model)."""
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from bloom.echo_model import create_app
+
+app = typer.Typer(
+    help="A stand-in for the Anthropic API that echoes every prompt (demos and tests).",
+    no_args_is_help=True,
+)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8100,
+) -> None:
+    """Serve the echo model; point Claude at it with ANTHROPIC_BASE_URL=http://HOST:PORT."""
+    uvicorn.run(create_app(), host=host, port=port, timeout_graceful_shutdown=3)
