@@ -1,0 +1,226 @@
+"""Following one task for a person: its progress (queued → leased to <worker> → running, with the
+time elapsed), its live output from the events stream, and then its answer.
+
+`TaskView` renders; `follow` drives it from the runtime until the task has ended.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+from bloom.clients.runtime import (
+    TERMINAL,
+    RuntimeApiError,
+    RuntimeClient,
+    RuntimeUnreachable,
+    TaskEvent,
+)
+
+POLL_SEC = 1.0
+SETTLE_SEC = 3.0  # after the task ended, how long the events stream may take to deliver the rest
+STREAM_RETRIES = 5
+
+
+class TaskView:
+    """Renders a task's progress and events on `console` (stderr: stdout keeps the answer)."""
+
+    def __init__(
+        self,
+        console: Console,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        started: float | None = None,
+    ):
+        self.console = console
+        self.clock = clock
+        self.started = clock() if started is None else started
+        self.last: tuple[str, str | None] | None = None
+        self.spinner: Status | None = None
+        self.streamed = False  # whether any live output arrived
+
+    # progress
+
+    def elapsed(self) -> str:
+        return f"{self.clock() - self.started:5.1f}s"
+
+    def note(self, text: str, style: str = "") -> None:
+        """One progress line, `  3.2s queued`."""
+        body = f"[{style}]{text}[/]" if style else text
+        self.console.print(f"[dim]{self.elapsed()}[/] {body}")
+
+    def status(self, task: dict[str, Any]) -> None:
+        """Say so when the task's status (or its worker) changed since the last call."""
+        status, worker = str(task.get("status")), task.get("worker_id")
+        key = (status, worker if status in ("leased", "running") else None)
+        if key != self.last:
+            previous, self.last = self.last, key
+            self.note(self.describe(task, previous))
+        self.tick(task)
+
+    @staticmethod
+    def describe(task: dict[str, Any], previous: tuple[str, str | None] | None) -> str:
+        status, worker = str(task.get("status")), escape(str(task.get("worker_id") or "?"))
+        if status == "queued":
+            if previous is not None and previous[0] in ("leased", "running"):
+                error = task.get("last_error")
+                reason = f": {escape(str(error))}" if error else ""
+                attempt = int(task.get("attempts") or 0) + 1
+                return f"[yellow]queued again[/] for attempt {attempt}{reason}"
+            return "[blue]queued[/]"
+        if status == "leased":
+            return f"[cyan]leased to {worker}[/]"
+        if status == "running":
+            return f"[cyan]running[/] on {worker}"
+        style = "green" if status == "completed" else "yellow" if status == "cancelled" else "red"
+        return f"[{style}]{escape(status)}[/]"
+
+    def tick(self, task: dict[str, Any] | None = None) -> None:
+        """Refresh the spinner line (on a terminal only)."""
+        if self.spinner is not None:
+            status = self.last[0] if self.last else "waiting"
+            self.spinner.update(f"[dim]{status} · {self.elapsed().strip()}[/]")
+
+    # events
+
+    def event(self, event: TaskEvent) -> None:
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.type == "started":
+            attempt = data.get("attempt")
+            worker = escape(str(data.get("worker_id") or "?"))
+            resumed = ", resuming this context's session" if data.get("resumed_session") else ""
+            self.note(f"[cyan]started[/] on {worker}, attempt {attempt}{resumed}")
+        elif event.type == "claude":
+            self.claude(data)
+        elif event.type == "stderr":
+            self.console.print(f"[dim]{escape(str(data.get('line', '')))}[/]")
+        elif event.type == "finished":
+            self.finished(data)
+
+    def claude(self, message: dict[str, Any]) -> None:
+        """One object of the CLI's stream-json: assistant text and tool calls, API retries."""
+        kind = message.get("type")
+        if kind == "assistant":
+            body = message.get("message")
+            blocks = body.get("content") if isinstance(body, dict) else None
+            for block in blocks if isinstance(blocks, list) else []:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and str(block.get("text", "")).strip():
+                    self.streamed = True
+                    self.console.print(str(block["text"]), markup=False)
+                elif block.get("type") == "tool_use":
+                    self.console.print(f"[dim]→ tool {escape(str(block.get('name', '?')))}[/]")
+        elif kind == "system" and message.get("subtype") == "api_retry":
+            attempt, most = message.get("attempt"), message.get("max_retries")
+            delay = message.get("retry_delay_ms")
+            wait = f" in {float(delay) / 1000:.1f}s" if isinstance(delay, int | float) else ""
+            status = message.get("error_status")
+            reason = " ".join(str(part) for part in (status, message.get("error")) if part)
+            reason = f" ({escape(reason)})" if reason else ""
+            self.console.print(f"[dim]↻ API retry {attempt}/{most}{wait}{reason}[/]")
+
+    def finished(self, data: dict[str, Any]) -> None:
+        status = str(data.get("status") or "?")
+        parts = []
+        if isinstance(data.get("duration_ms"), int | float):
+            parts.append(f"{data['duration_ms'] / 1000:.1f}s")
+        if isinstance(data.get("cost_usd"), int | float):
+            parts.append(f"${data['cost_usd']:.4f}")
+        if data.get("tokens_used"):
+            parts.append(f"{data['tokens_used']} tokens")
+        detail = f" ({', '.join(parts)})" if parts else ""
+        style = "green" if status in ("success", "completed") else "red"
+        self.note(f"[{style}]run finished: {escape(status)}[/]{detail}")
+        if data.get("error"):
+            code = f"{data['error_code']}: " if data.get("error_code") else ""
+            self.console.print(f"  [red]{escape(code + str(data['error']))}[/]")
+
+
+async def follow(
+    client: RuntimeClient,
+    task_id: str,
+    view: TaskView,
+    *,
+    poll_sec: float = POLL_SEC,
+    settle_sec: float = SETTLE_SEC,
+) -> dict[str, Any]:
+    """Show the task's progress and live output until it has ended; the ended task."""
+    task = await client.get_task(task_id)
+    view.status(task)
+    spinner = view.console.status("", spinner="dots") if view.console.is_terminal else None
+    with spinner or contextlib.nullcontext():
+        view.spinner = spinner
+        events = asyncio.create_task(_render_events(client, task_id, view))
+        poller = asyncio.create_task(_poll(client, task_id, view, poll_sec))
+        try:
+            await asyncio.wait({events, poller}, return_when=asyncio.FIRST_COMPLETED)
+            if events.done() and events.result():  # the stream said the task has ended
+                poller.cancel()
+            elif events.done():  # this runtime has no events stream: polling it is
+                await poller
+            else:  # ended: let the stream deliver the rest (and its `end`)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(events), settle_sec)
+        finally:
+            for job in (events, poller):
+                job.cancel()
+            await asyncio.gather(events, poller, return_exceptions=True)
+            view.spinner = None
+    task = await client.get_task(task_id)
+    view.status(task)
+    return task
+
+
+async def _render_events(client: RuntimeClient, task_id: str, view: TaskView) -> bool:
+    """Render the task's events until its `end`: True; False when the runtime has no events
+    stream (404/405 on it, for a task known to exist). Reconnects after a broken stream."""
+    after, failures = 0, 0
+    while True:
+        try:
+            async for event in client.events(task_id, after=after):
+                after = max(after, event.seq)
+                failures = 0
+                if event.type == "end":
+                    return True
+                view.event(event)
+        except RuntimeApiError as exc:
+            if exc.status in (404, 405):
+                return False
+            raise
+        except RuntimeUnreachable:
+            failures += 1
+            if failures > STREAM_RETRIES:
+                raise
+        await asyncio.sleep(min(0.25 * 2**failures, 5.0))
+
+
+async def _poll(client: RuntimeClient, task_id: str, view: TaskView, every: float) -> None:
+    """Report status changes until the task has ended (unreachable now and then is fine)."""
+    failures = 0
+    while True:
+        await asyncio.sleep(every)
+        try:
+            task = await client.get_task(task_id)
+        except RuntimeUnreachable:
+            failures += 1
+            if failures > STREAM_RETRIES:
+                raise
+            continue
+        failures = 0
+        view.status(task)
+        if task.get("status") in TERMINAL:
+            return
+
+
+async def answer(client: RuntimeClient, task_id: str) -> str | None:
+    """The content of the task's newest artifact: its answer, or None."""
+    artifacts = await client.artifacts(task_id)
+    if not artifacts:
+        return None
+    return await client.artifact_content(str(artifacts[0]["id"]))

@@ -1,0 +1,144 @@
+"""`bloom worker …`: run a worker on this machine; list the runtime's workers."""
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from bloom.cli.remote import (
+    DEFAULT_URL,
+    JsonOption,
+    UrlOption,
+    ago,
+    call,
+    err,
+    fail,
+    out,
+    styled_status,
+)
+from bloom.domain.fleet import WORKER_ID
+from bloom.logging import configure_logging
+from bloom.settings import SettingsError
+from bloom.worker.settings import WorkerSettings, load_worker_settings
+
+app = typer.Typer(help="Workers: run one here, or list the runtime's.", no_args_is_help=True)
+
+
+def _name(value: str | None) -> str | None:
+    if value is not None and not WORKER_ID.match(value):
+        raise typer.BadParameter(
+            "letters, digits and . _ : @ - only, at most 128, starting with a letter or digit"
+        )
+    return value
+
+
+def worker_settings(**overrides: object) -> WorkerSettings:
+    """The worker's settings from the environment and the options, or one red line, exit 2."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return load_worker_settings(**given)
+    except SettingsError as exc:
+        fail(str(exc), 2)
+
+
+@app.command()
+def run(
+    name: Annotated[
+        str | None,
+        typer.Option(
+            callback=_name, help="Worker name (env BLOOM_WORKER_NAME; default: the host name)"
+        ),
+    ] = None,
+    runtime_url: Annotated[
+        str | None,
+        typer.Option(help=f"The runtime (env BLOOM_RUNTIME_URL; default {DEFAULT_URL})"),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, max=32, help="Tasks run at once (env BLOOM_WORKER_CONCURRENCY; 1)"),
+    ] = None,
+    membridge_url: Annotated[
+        str | None,
+        typer.Option(help="Membridge, to register there too (env BLOOM_MEMBRIDGE_URL)"),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="A label for routing; repeatable (env BLOOM_WORKER_LABELS)"),
+    ] = None,
+    claude_bin: Annotated[
+        str | None, typer.Option(help="The Claude CLI (env BLOOM_CLAUDE_BIN; default claude)")
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where tasks run (env BLOOM_WORKER_WORK_DIR; <data dir>/worker/<name>)"),
+    ] = None,
+    project_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where context hints are looked up (env BLOOM_WORKER_PROJECT_DIR)"),
+    ] = None,
+) -> None:
+    """Claim tasks from the runtime and run each with the Claude CLI, until SIGTERM or Ctrl-C
+    (running tasks may finish: BLOOM_WORKER_DRAIN_TIMEOUT_SEC)."""
+    settings = worker_settings(
+        name=name,
+        runtime_url=runtime_url,
+        max_concurrency=concurrency,
+        membridge_url=membridge_url,
+        labels=label or None,
+        claude_bin=claude_bin,
+        work_dir=work_dir,
+        project_dir=project_dir,
+    )
+    configure_logging(settings.log_level, settings.log_format)
+    from bloom.worker.main import run_worker  # only this command needs the worker's code
+
+    raise typer.Exit(run_worker(settings))
+
+
+@app.command("list")
+def list_workers(
+    json_output: JsonOption = False,
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """The runtime's workers: status, load, labels, when last heard of."""
+    workers = call(url, lambda client: client.list_workers())
+    if json_output:
+        typer.echo(_dumps(workers))
+        return
+    if not workers:
+        err().print("no workers")
+        return
+    now = time.time_ns() // 1_000_000
+    paused = any(_paused_until(worker) for worker in workers)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    columns = ["id", "status", "active/max", "labels", "last heartbeat"]
+    for column in [*columns, *(["paused until"] if paused else [])]:
+        table.add_column(column, no_wrap=True)
+    for worker in workers:
+        capabilities = worker.get("capabilities") or {}
+        labels = worker.get("labels") or capabilities.get("labels") or []
+        row = [
+            escape(str(worker["id"])),
+            styled_status(str(worker.get("status"))),
+            f"{worker.get('active_leases', 0)}/{capabilities.get('max_concurrency', 1)}",
+            escape(", ".join(str(label) for label in labels) or "-"),
+            ago(worker.get("last_heartbeat"), now),
+        ]
+        if paused:
+            until = _paused_until(worker)
+            row.append(ago(until, now) if until and until > now else "-")
+        table.add_row(*row)
+    out().print(table)
+
+
+def _paused_until(worker: dict[str, Any]) -> int | None:
+    value = worker.get("paused_until") or (worker.get("capabilities") or {}).get("paused_until")
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
