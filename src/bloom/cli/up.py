@@ -1,22 +1,323 @@
-"""`bloom up`: everything needed locally, in one command."""
+"""`bloom up`: the whole local stack in one command.
+
+In order, each ready before the next: [the echo model, with --demo-model] → `bloom membridge
+serve` → `bloom runtime serve` → `bloom worker run`. Everything lives under one data dir
+(BLOOM_DATA_DIR, default ./.bloom): both SQLite databases, artifact files, the worker's state and
+the Membridge admin key, made once and kept in `membridge-admin.key` (mode 0600), never printed.
+The supervision itself (process groups, output, stopping) is `bloom.cli.supervisor`'s.
+"""
 
 import os
+import secrets
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
+import click
+import httpx
 import typer
 
-from bloom.cli.runtime import serve
+from bloom import claude_cli
+from bloom.cli.supervisor import (
+    ChildFailed,
+    ChildSpec,
+    Ready,
+    StopRequested,
+    Supervisor,
+    describe_exit,
+    http_ready,
+    port_in_use,
+)
+from bloom.worker.settings import default_worker_name
+
+HOST = "127.0.0.1"
+ADMIN_KEY_FILE = "membridge-admin.key"
+DEMO_API_KEY = "demo-not-a-secret"
+DEMO_CLAUDE_ARGS = '["--bare"]'
+WORKER_DRAIN_SEC = "5"  # Ctrl-C gives running tasks this long, within the 10 s stop grace
+# Set by us for the children; the user's own values would point them elsewhere.
+OVERRIDDEN = (
+    "BLOOM_MEMBRIDGE_ADMIN_KEY",
+    "MEMBRIDGE_SERVER_ADMIN_KEY",
+    "MEMBRIDGE_ADMIN_KEY",
+    "MEMBRIDGE_SERVER_URL",
+    "DATABASE_URL",
+    "MEMBRIDGE_DEV",
+)
+# With --demo-model the CLI talks to the echo model: the user's real credentials stay home.
+USER_CREDENTIALS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    data_dir: Path
+    port: int = 5000
+    membridge_port: int = 8000
+    model_port: int = 8100
+    demo_model: bool = False
+    worker_concurrency: int | None = None
+    worker_name: str = "worker"
+    claude_bin: str = "claude"
+
+    @property
+    def runtime_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def membridge_url(self) -> str:
+        return f"http://{HOST}:{self.membridge_port}"
+
+    @property
+    def model_url(self) -> str:
+        return f"http://{HOST}:{self.model_port}"
+
+    def ports(self) -> dict[str, int]:
+        named = {"runtime": self.port, "membridge": self.membridge_port}
+        return ({"model": self.model_port} if self.demo_model else {}) | named
+
+
+def admin_key(data_dir: Path) -> str:
+    """The data dir's Membridge admin key, made on first use (a file only its owner reads)."""
+    path = data_dir / ADMIN_KEY_FILE
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if key:
+            if path.stat().st_mode & 0o077:
+                path.chmod(0o600)
+            return key
+        path.unlink()
+        return admin_key(data_dir)
+    key = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as file:
+        file.write(key + "\n")
+    return key
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bloom.cli.main", *args]
+
+
+def _runtime_key(environ: Mapping[str, str]) -> str:
+    return environ.get("BLOOM_API_KEY") or environ.get("RUNTIME_API_KEY") or ""
+
+
+def worker_ready(runtime_url: str, name: str, since_ms: int, api_key: str = "") -> Ready:
+    """Ready when the runtime lists the worker online, registered since `since_ms`."""
+    headers = {"X-Runtime-API-Key": api_key} if api_key else {}
+
+    def check() -> bool:
+        try:
+            response = httpx.get(
+                f"{runtime_url}/api/runtime/workers/{name}", headers=headers, timeout=2.0
+            )
+        except httpx.HTTPError:
+            return False
+        if response.status_code != 200:
+            return False
+        worker = response.json()
+        heard = worker.get("last_heartbeat") or 0
+        return bool(worker.get("status") == "online" and heard >= since_ms)
+
+    return check
+
+
+def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[ChildSpec]:
+    """The children of `bloom up`, in start order, with their environments."""
+    data = options.data_dir
+    base = {name: value for name, value in environ.items() if name not in OVERRIDDEN}
+    base |= {"BLOOM_DATA_DIR": str(data), "PYTHONUNBUFFERED": "1"}
+    base.setdefault("BLOOM_LOG_FORMAT", "console")  # people read this output
+    with_key = base | {"MEMBRIDGE_ADMIN_KEY": key}
+    children = []
+    if options.demo_model:
+        children.append(
+            ChildSpec(
+                "model",
+                _command("echo-model", "serve", "--host", HOST, "--port", str(options.model_port)),
+                base,
+                http_ready(f"{options.model_url}/_requests"),
+                ready_timeout_sec=30,
+                colour="magenta",
+            )
+        )
+    membridge_env = with_key | {"BLOOM_MEMBRIDGE_DATABASE_URL": f"sqlite:///{data}/membridge.db"}
+    children.append(
+        ChildSpec(
+            "membridge",
+            _command("membridge", "serve", "--host", HOST, "--port", str(options.membridge_port)),
+            membridge_env,
+            http_ready(f"{options.membridge_url}/health"),
+            colour="cyan",
+        )
+    )
+    runtime_env = with_key | {
+        "BLOOM_DATABASE_URL": f"sqlite:///{data}/runtime.db",
+        "BLOOM_ARTIFACT_STORE": "fs",
+        "BLOOM_ARTIFACT_DIR": str(data / "artifacts"),
+        "BLOOM_MEMBRIDGE_URL": options.membridge_url,
+    }
+    children.append(
+        ChildSpec(
+            "runtime",
+            _command("runtime", "serve", "--host", HOST, "--port", str(options.port)),
+            runtime_env,
+            http_ready(f"{options.runtime_url}/api/runtime/health"),
+            colour="green",
+        )
+    )
+    worker_env = with_key | {
+        "BLOOM_RUNTIME_URL": options.runtime_url,
+        "BLOOM_MEMBRIDGE_URL": options.membridge_url,
+        "BLOOM_WORKER_NAME": options.worker_name,
+        "BLOOM_CLAUDE_BIN": options.claude_bin,
+    }
+    worker_env.setdefault("BLOOM_WORKER_DRAIN_TIMEOUT_SEC", WORKER_DRAIN_SEC)
+    if options.worker_concurrency is not None:
+        worker_env["BLOOM_WORKER_CONCURRENCY"] = str(options.worker_concurrency)
+    if options.demo_model:
+        for name in USER_CREDENTIALS:
+            worker_env.pop(name, None)
+        worker_env |= {
+            "ANTHROPIC_BASE_URL": options.model_url,
+            "ANTHROPIC_API_KEY": DEMO_API_KEY,
+            "BLOOM_CLAUDE_ARGS": DEMO_CLAUDE_ARGS,
+        }
+    since_ms = time.time_ns() // 1_000_000
+    children.append(
+        ChildSpec(
+            "worker",
+            _command("worker", "run"),
+            worker_env,
+            worker_ready(options.runtime_url, options.worker_name, since_ms, _runtime_key(environ)),
+            colour="yellow",
+        )
+    )
+    return children
+
+
+def banner(options: UpOptions) -> list[str]:
+    lines = [
+        click.style("BLOOM is up", bold=True),
+        f"  runtime    {options.runtime_url}",
+        f"  API docs   {options.runtime_url}/api/docs",
+        f"  membridge  {options.membridge_url}",
+    ]
+    if options.demo_model:
+        lines.append(f"  model      {options.model_url} (demo: answers every prompt with its echo)")
+    concurrency = options.worker_concurrency or "default"
+    lines += [
+        f"  worker     {options.worker_name} (concurrency {concurrency}), "
+        f"claude at {options.claude_bin}",
+        f"  data dir   {options.data_dir}",
+        '  try        bloom task submit "hello" --wait',
+        "  stop       Ctrl-C",
+    ]
+    return lines
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
+    return typer.Exit(code)
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
 
 
 def up(
-    port: int = typer.Option(5000, help="Runtime port."),
+    demo_model: Annotated[
+        bool,
+        typer.Option(
+            "--demo-model",
+            help="Start the echo model and point the worker's Claude CLI at it: no API key "
+            "needed, every answer is `echo: <prompt>`.",
+        ),
+    ] = False,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Runtime port.")] = 5000,
+    membridge_port: Annotated[int, typer.Option(min=1, max=65535, help="Membridge port.")] = 8000,
+    model_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Echo model port (with --demo-model).")
+    ] = 8100,
+    worker_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=32, help="Tasks the worker runs at once (env BLOOM_WORKER_CONCURRENCY; 1)"
+        ),
+    ] = None,
 ) -> None:
-    """Start the local stack on SQLite under BLOOM_DATA_DIR (./.bloom). For now that is the
-    runtime alone; Membridge and a worker join it as they are built."""
-    os.environ.setdefault("BLOOM_LOG_FORMAT", "console")  # people read this output
-    data_dir = Path(os.environ.get("BLOOM_DATA_DIR", ".bloom")).resolve()
-    typer.secho(f"BLOOM Runtime on http://127.0.0.1:{port}", bold=True)
-    typer.echo(f"  API reference  http://127.0.0.1:{port}/api/docs")
-    typer.echo(f"  local state    {data_dir}")
-    typer.echo("  stop           Ctrl-C")
-    serve(host=None, port=port, workers=1, migrate_db=True)
+    """Start the local stack: Membridge, the runtime and a worker (and the echo model with
+    --demo-model), on SQLite under BLOOM_DATA_DIR (./.bloom). Ctrl-C stops it all."""
+    environ = dict(os.environ)
+    data_dir = Path(environ.get("BLOOM_DATA_DIR") or ".bloom").resolve()
+    options = UpOptions(
+        data_dir=data_dir,
+        port=port,
+        membridge_port=membridge_port,
+        model_port=model_port,
+        demo_model=demo_model,
+        worker_concurrency=worker_concurrency,
+        worker_name=environ.get("BLOOM_WORKER_NAME")
+        or environ.get("MEMBRIDGE_NODE_ID")
+        or default_worker_name(),
+    )
+    busy = [f"{name} port {p}" for name, p in options.ports().items() if port_in_use(p, HOST)]
+    if len(set(options.ports().values())) < len(options.ports()):
+        raise _fail("the runtime, Membridge and model ports must differ", 2)
+    if busy:
+        raise _fail(
+            f"{', '.join(busy)} already in use (another `bloom up`?); choose others with "
+            "--port / --membridge-port / --model-port",
+            2,
+        )
+    try:
+        claude_bin, fetched = claude_cli.ensure_claude(_say, environ)
+    except claude_cli.ClaudeCliError as exc:
+        raise _fail(str(exc), 2) from None
+    if not fetched:
+        _say(click.style(f"Claude CLI: {claude_bin}", dim=True))
+    options = replace(options, claude_bin=claude_bin)
+    key = admin_key(data_dir)
+    raise typer.Exit(run_stack(options, plan(options, environ, key)))
+
+
+def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
+    """Start `children` in order, wait, stop; the exit status."""
+    supervisor = Supervisor(say=_say)
+    with supervisor.signals():
+        try:
+            for spec in children:
+                supervisor.start(spec)
+        except StopRequested:
+            supervisor.stop_all()
+            _say("stopped")
+            return 0
+        except ChildFailed as exc:
+            supervisor.stop_all()
+            _report(exc.name, exc.reason, exc.tail)
+            return 1
+        for line in banner(options):
+            typer.echo(line)
+        died = supervisor.wait()
+        supervisor.stop_all()
+    if died is not None:
+        _report(
+            died.name, f"{describe_exit(died)} unexpectedly; the others were stopped", died.tail
+        )
+        return 1
+    _say("stopped")
+    return 0
+
+
+def _report(name: str, reason: str, tail: Iterable[str]) -> None:
+    typer.secho(f"bloom up: {name} {reason}", err=True, fg=typer.colors.RED, bold=True)
+    lines = list(tail)
+    if lines:
+        typer.echo(f"its last lines ({name}):", err=True)
+        for line in lines[-10:]:
+            typer.echo(f"  {line}", err=True)

@@ -1,0 +1,216 @@
+"""`bloom up`'s process supervision, with small shell and Python children: order, readiness,
+prefixed output, failures with their last lines, and stopping whole process groups."""
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from bloom.cli.supervisor import (
+    ChildFailed,
+    ChildSpec,
+    StopRequested,
+    Supervisor,
+    describe_exit,
+    http_ready,
+    port_in_use,
+    prefix,
+)
+from tests.support.net import closed_port
+
+
+def sh(script: str) -> list[str]:
+    return ["/bin/sh", "-c", script]
+
+
+def spec(name: str, script: str, ready=lambda: True, timeout: float = 10.0) -> ChildSpec:
+    return ChildSpec(name, sh(script), dict(os.environ), ready, ready_timeout_sec=timeout)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def wait_for(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def messages() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def supervisor(messages: list[str]):
+    sup = Supervisor(say=messages.append, stop_grace_sec=2.0, poll_sec=0.02)
+    yield sup
+    sup.stop_all()
+
+
+def test_prefix_is_fixed_width():
+    assert prefix("membridge") == "membridge |"
+    assert prefix("runtime") == "runtime   |"
+    assert prefix("worker") == "worker    |"
+    assert prefix("model") == "model     |"
+
+
+def test_children_start_in_order_each_ready_before_the_next(supervisor, tmp_path, capsys):
+    marker = tmp_path / "first-ready"
+    first = spec("first", f"sleep 0.3; touch {marker}; exec sleep 60", ready=marker.exists)
+    # The second one checks that the first was ready before it started.
+    second = spec("second", f"test -e {marker} && echo saw it; exec sleep 60")
+    supervisor.start(first)
+    supervisor.start(second)
+    seen: list[str] = []
+
+    def saw_it() -> bool:
+        seen.extend(capsys.readouterr().out.splitlines())
+        return "second    | saw it" in seen
+
+    wait_for(saw_it)
+
+
+def test_output_lines_carry_the_childs_name(supervisor, capsys):
+    supervisor.start(spec("runtime", "echo one; echo two >&2; exec sleep 60"))
+    lines: list[str] = []
+
+    def both() -> bool:
+        lines.extend(capsys.readouterr().out.splitlines())
+        return "runtime   | two" in lines
+
+    wait_for(both)
+    assert "runtime   | one" in lines
+
+
+def test_a_child_that_exits_before_ready_fails_with_its_last_lines(supervisor):
+    with pytest.raises(ChildFailed) as failed:
+        supervisor.start(spec("membridge", "echo line 1; echo 'bad setting' >&2; exit 3",
+                              ready=lambda: False))  # fmt: skip
+    assert failed.value.name == "membridge"
+    assert str(failed.value) == "membridge exited with status 3 before it was ready"
+    assert failed.value.tail == ["line 1", "bad setting"]
+
+
+def test_a_child_not_ready_in_time_fails_and_is_stopped(supervisor):
+    with pytest.raises(ChildFailed) as failed:
+        supervisor.start(spec("slow", "echo starting; exec sleep 60", lambda: False, 0.5))
+    assert str(failed.value) == "slow was not ready after 0.5 s"
+    assert failed.value.tail == ["starting"]
+    (child,) = supervisor.children
+    supervisor.stop_all()
+    assert gone(child.pid)
+
+
+def test_stop_all_stops_in_reverse_order(supervisor, messages, tmp_path):
+    log = tmp_path / "stops"
+    for name in ("a", "b", "c"):
+        supervisor.start(spec(name, f"trap 'echo {name} >> {log}; exit 0' TERM; "
+                                    "while true; do sleep 0.05; done"))  # fmt: skip
+    supervisor.stop_all()
+    assert log.read_text().split() == ["c", "b", "a"]
+    assert all(gone(child.pid) for child in supervisor.children)
+    stopping = [m for m in messages if "stopping" in m]
+    assert ["stopping c" in stopping[0], "stopping a" in stopping[2]] == [True, True]
+
+
+def test_a_child_ignoring_sigterm_is_killed_after_the_grace(messages):
+    sup = Supervisor(say=messages.append, stop_grace_sec=0.5, poll_sec=0.02)
+    child = sup.start(spec("stubborn", "trap '' TERM; while true; do sleep 0.05; done"))
+    started = time.monotonic()
+    sup.stop_all()
+    assert 0.4 < time.monotonic() - started < 5
+    assert gone(child.pid)
+    assert describe_exit(child) == "was killed by signal SIGKILL"
+    assert any("did not stop in 0.5 s: killing it" in m for m in messages)
+
+
+def test_stopping_a_child_kills_its_whole_process_group(supervisor, tmp_path):
+    pidfile = tmp_path / "grandchild"
+    child = supervisor.start(spec("parent", f"sleep 60 & echo $! > {pidfile}; wait",
+                                  ready=pidfile.exists))  # fmt: skip
+    wait_for(lambda: pidfile.read_text().strip() != "")
+    grandchild = int(pidfile.read_text())
+    assert os.getpgid(grandchild) == child.pid
+    supervisor.stop(child)
+    wait_for(lambda: gone(grandchild))
+    assert group_gone(child.pid)
+
+
+def test_wait_returns_the_child_that_died(supervisor):
+    supervisor.start(spec("steady", "exec sleep 60"))
+    dying = supervisor.start(spec("dying", "sleep 0.3; echo bye; exit 4"))
+    assert supervisor.wait() is dying
+    assert describe_exit(dying) == "exited with status 4"
+    assert list(dying.tail) == ["bye"]
+
+
+def test_wait_returns_none_when_a_stop_is_requested(supervisor):
+    supervisor.start(spec("steady", "exec sleep 60"))
+    threading.Timer(0.2, supervisor.request_stop).start()
+    assert supervisor.wait() is None
+
+
+def test_a_stop_request_while_starting_interrupts_the_start(supervisor):
+    threading.Timer(0.3, supervisor.request_stop).start()
+    with pytest.raises(StopRequested):
+        supervisor.start(spec("never-ready", "exec sleep 60", lambda: False, 30))
+    with pytest.raises(StopRequested):
+        supervisor.start(spec("next", "exec sleep 60"))
+    assert len(supervisor.children) == 1
+
+
+def test_a_second_stop_request_skips_the_grace(messages):
+    sup = Supervisor(say=messages.append, stop_grace_sec=30, poll_sec=0.02)
+    child = sup.start(spec("stubborn", "trap '' TERM; while true; do sleep 0.05; done"))
+    sup.request_stop()
+    threading.Timer(0.3, sup.request_stop).start()
+    started = time.monotonic()
+    sup.stop_all()
+    assert time.monotonic() - started < 5
+    assert gone(child.pid)
+
+
+def test_signals_request_a_stop_inside_the_block(supervisor):
+    before = signal.getsignal(signal.SIGTERM)
+    with supervisor.signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_for(supervisor.stopping.is_set)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_children_run_as_python_modules(supervisor, capsys):
+    argv = [sys.executable, "-m", "bloom.cli.main", "version"]
+    child = supervisor.start(ChildSpec("version", argv, dict(os.environ), lambda: True))
+    wait_for(lambda: child.exited() is not None, 60)
+    child.wait_output()
+    assert child.exited() == 0
+    assert "version   | 0." in capsys.readouterr().out
+
+
+def test_readiness_helpers():
+    port = closed_port()
+    assert http_ready(f"http://127.0.0.1:{port}/health", timeout_sec=0.5)() is False
+    assert port_in_use(port) is False
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert port_in_use(sock.getsockname()[1]) is True
