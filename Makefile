@@ -20,8 +20,11 @@ $(BOOTSTRAP)/bin/uv:
 
 install: .venv/.synced ## Create .venv with the locked dependencies
 
-run: install ## Start BLOOM locally: `bloom up` on SQLite under ./.bloom
+run: install ## Start BLOOM locally: `bloom up` (Membridge, runtime, a worker) under ./.bloom
 	$(RUN) bloom up
+
+demo: install ## The same with the echo model standing in for Claude's API: no key needed
+	$(RUN) bloom up --demo-model
 
 test: install ## Run the whole test suite (PostgreSQL and SQLite)
 	$(RUN) pytest
@@ -41,4 +44,4 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 clean: ## Remove local state and caches (not .venv)
 	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-.PHONY: help install run test lint typecheck check bench clean
+.PHONY: help install run demo test lint typecheck check bench clean
