@@ -20,7 +20,7 @@ UrlOption = Annotated[
     typer.Option(
         "--url",
         envvar="BLOOM_RUNTIME_URL",
-        help="The runtime (env BLOOM_RUNTIME_URL). Its key, if it has one, comes from "
+        help="The runtime. Its API key, if it has one, comes from "
         "BLOOM_API_KEY or RUNTIME_API_KEY.",
         show_default=True,
     ),
