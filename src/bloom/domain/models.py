@@ -69,6 +69,8 @@ class Worker:
     install_method: str
     source: str = "api"
     membridge_seen_at: int | None = None
+    paused_until: int | None = None
+    """Epoch ms before which the worker takes no work (a usage limit's reset); it lapses."""
 
     @property
     def max_concurrency(self) -> int:
@@ -121,6 +123,19 @@ class AuditEntry:
     actor: str
     detail: str
     task_id: str | None = None
+
+
+@dataclass(slots=True)
+class TaskEvent:
+    """One entry of a task's live output: `seq` counts 1, 2, 3… per task, without gaps."""
+
+    task_id: str
+    seq: int
+    lease_id: str | None
+    worker_id: str | None
+    type: str
+    data: Any
+    created_at: int
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 
 from bloom import __version__
 from bloom.request_log import RequestLogMiddleware
-from bloom.runtime.api import leasing, membridge, records, system, tasks, workers
+from bloom.runtime.api import events, leasing, membridge, records, system, tasks, workers
 from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers
@@ -51,7 +51,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
     )
-    for module in (system, workers, tasks, leasing, records, membridge):
+    for module in (system, workers, tasks, leasing, events, records, membridge):
         app.include_router(module.router)
 
     @app.get("/", include_in_schema=False)

@@ -10,17 +10,18 @@ from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.services.clock import Clock, system_clock
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
+from bloom.services.events import EventService
 from bloom.services.expiry import LeaseReaper
 from bloom.services.leasing import LeaseService, LeaseSettings
 from bloom.services.membridge import MembridgeService
 from bloom.services.records import RecordService
-from bloom.services.signals import QueueSignal
+from bloom.services.signals import EventSignal, QueueSignal
 from bloom.services.tasks import TaskService
 from bloom.services.worker_sync import WorkerSync
 from bloom.services.workers import WorkerService
 from bloom.settings import RuntimeSettings
 from bloom.storage.database import Database, StorageKind, resolve_database
-from bloom.storage.notifications import QueueListener, QueuePublisher
+from bloom.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
 from bloom.storage.repositories import Repositories, RuntimeDatabase
 
 
@@ -35,6 +36,7 @@ class Container:
     workers: WorkerService
     config: ConfigService
     records: RecordService
+    events: EventService
     reaper: LeaseReaper
     membridge_client: MembridgeClient
     membridge: MembridgeService
@@ -60,6 +62,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     )
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
+    event_signal = EventSignal(EventsPublisher(db).publish if is_postgres else None)
     stores: dict[str, ArtifactStore] = {
         "db": DatabaseStore(),
         "fs": FileStore(settings.resolved_artifact_dir),
@@ -101,6 +104,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         workers=WorkerService(db, signal, clock),
         config=config,
         records=RecordService(db, stores),
+        events=EventService(db, event_signal, signal, clock),
         reaper=reaper,
         membridge_client=client,
         membridge=MembridgeService(db, client, config, clock),
@@ -111,5 +115,5 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
     )
     if is_postgres:
-        container.loops.append(QueueListener(db.target, signal.wake))
+        container.loops.append(QueueListener(db.target, signal.wake, on_events=event_signal.wake))
     return container

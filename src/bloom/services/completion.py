@@ -54,6 +54,18 @@ def _lapsed(lease: Lease, task: Task, now: int) -> Conflict:
     return Conflict(f"Lease {lease.id} is no longer active ({reason})")
 
 
+def _usage_limit_reset(completion: Completion, now: int) -> int | None:
+    """When a usage limit stopped the attempt: the reset time, before which its worker pauses."""
+    if (
+        completion.status == ResultStatus.ERROR
+        and completion.error_code == ErrorCode.USAGE_LIMIT
+        and completion.retry_at is not None
+        and completion.retry_at > now
+    ):
+        return completion.retry_at
+    return None
+
+
 class CompletionService:
     def __init__(
         self,
@@ -92,6 +104,25 @@ class CompletionService:
             raise Conflict(
                 f"Lease {lease.id} is held by worker '{lease.worker_id}', not '{worker_id}'"
             )
+        return task, lease
+
+    @staticmethod
+    async def live_lease(
+        tx: Repositories, task_id: str, lease_id: str, worker_id: str | None, now: int
+    ) -> tuple[Task, Lease]:
+        """For writes on behalf of a running attempt (its events): the task and the lease named,
+        which must be the task's current lease, active and unexpired, and held by `worker_id`
+        when given; otherwise the same refusals heartbeat and complete give (404, 409)."""
+        task, lease = await CompletionService._fenced(
+            tx, task_id, lease_id, worker_id, completing=True
+        )
+        if (
+            task.lease_id != lease.id
+            or task.status not in IN_FLIGHT
+            or lease.status != LeaseStatus.ACTIVE
+            or lease.expires_at < now
+        ):
+            raise _lapsed(lease, task, now)
         return task, lease
 
     async def heartbeat(
@@ -142,8 +173,12 @@ class CompletionService:
         transaction. Repeating it for the same lease returns the first outcome unchanged."""
         stored = await self.store.put(completion.output) if completion.output is not None else None
         now = self.clock()
+        pause_until = _usage_limit_reset(completion, now)
         async with self.db.write() as tx:
             task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=True)
+            if pause_until is not None:
+                # The worker's row before the lease and the task: every writer's lock order.
+                await tx.workers.lock(lease.worker_id)
             released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
             if released is None:
                 # Already ended: by this same complete sent before (a replay), or for good.
@@ -177,6 +212,17 @@ class CompletionService:
                 await tx.artifacts.insert(artifact)
             await tx.results.insert(result)
             await self._audit(tx, finished, artifact, completion, lease, now)
+            if pause_until is not None:
+                await tx.workers.pause(lease.worker_id, pause_until)
+                await tx.audit.add(
+                    now,
+                    "worker_paused",
+                    "worker",
+                    lease.worker_id,
+                    lease.worker_id,
+                    f"Usage limit: worker {lease.worker_id} takes no work until {pause_until}",
+                    task_id=task.id,
+                )
         self.signal.changed()
         return Completed(finished, artifact, result, replayed=False)
 

@@ -44,6 +44,7 @@ def _load(worker: Worker, active: int) -> WorkerLoad:
         max_concurrency=worker.max_concurrency,
         active_leases=active,
         last_heartbeat=worker.last_heartbeat,
+        paused_until=worker.paused_until,
     )
 
 
@@ -68,7 +69,7 @@ class LeaseService:
                 raise NotFound("Task not found")
             if task.status != TaskStatus.QUEUED:
                 raise Conflict(f"Task status is '{task.status}', expected 'queued'")
-            worker = await self._reserve_slot(tx, task, worker_id)
+            worker = await self._reserve_slot(tx, task, worker_id, now)
             lease = Lease(
                 id=new_id(now),
                 task_id=task.id,
@@ -90,24 +91,30 @@ class LeaseService:
         worker.active_leases += 1
         return lease, worker
 
-    async def _reserve_slot(self, tx: Repositories, task: Task, worker_id: str | None) -> Worker:
-        """Lock and return a worker with a free slot for `task`, or raise Unavailable."""
+    async def _reserve_slot(
+        self, tx: Repositories, task: Task, worker_id: str | None, now: int
+    ) -> Worker:
+        """Lock and return a worker with a free slot for `task`, not paused at `now`, or raise
+        Unavailable."""
         if worker_id is not None:
             worker = await tx.workers.lock(worker_id)
             if worker is None:
                 raise Unavailable(NO_WORKER)
             worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
-            if not _load(worker, worker.active_leases).is_candidate:
+            load = _load(worker, worker.active_leases)
+            if not load.is_candidate:
                 raise Unavailable(f"Worker '{worker_id}' is not online with a free slot")
+            if load.is_paused(now):
+                raise Unavailable(f"Worker '{worker_id}' is paused until {worker.paused_until}")
             return worker
         counts = await tx.leases.active_counts()
         loads = {w.id: _load(w, counts.get(w.id, 0)) for w in await tx.workers.find()}
         sticky = await tx.leases.latest_worker_for_context(task.context_id)
-        while (choice := pick_worker(loads.values(), sticky)) is not None:
+        while (choice := pick_worker(loads.values(), sticky, now)) is not None:
             worker = await tx.workers.lock(choice.id)
             if worker is not None:
                 worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
-                if _load(worker, worker.active_leases).is_candidate:
+                if _load(worker, worker.active_leases).available(now):
                     return worker
             del loads[choice.id]  # filled up (or vanished) since we looked: try the next
         raise Unavailable(NO_WORKER)
@@ -165,6 +172,8 @@ class LeaseService:
                 raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
             if worker.status != WorkerStatus.ONLINE:
                 return None
+            if worker.paused_until is not None and worker.paused_until > now:
+                return None  # a usage limit: no work, not even a pushed lease, until it resets
             if has_assigned:
                 assigned = await tx.leases.deliver_assigned(worker_id, now)
                 if assigned is not None:

@@ -1,7 +1,8 @@
-"""In-process wake-ups for waiting claims."""
+"""In-process wake-ups: for waiting claims (the queue), and for followers of a task's events."""
 
 import asyncio
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 
 
 class QueueSignal:
@@ -31,6 +32,43 @@ class QueueSignal:
             self.publish()
 
 
+class EventSignal:
+    """Wakes the followers of a task's events when events were appended to it. Like
+    `QueueSignal`, a follower takes `waiter(task_id)` before reading, and `changed(task_id)`
+    (after the commit) wakes this process's followers and, through `publish`, the other
+    processes'; `wake(task_ids)` is local only, and `wake(None)` wakes every follower (when
+    notifications may have been lost).
+
+    Only followers keep their task's event alive: a task nobody follows costs nothing here.
+    """
+
+    def __init__(self, publish: Callable[[str], None] | None = None) -> None:
+        self._events: weakref.WeakValueDictionary[str, asyncio.Event] = (
+            weakref.WeakValueDictionary()
+        )
+        self.publish = publish
+
+    def waiter(self, task_id: str) -> asyncio.Event:
+        event = self._events.get(task_id)
+        if event is None:
+            event = self._events[task_id] = asyncio.Event()
+        return event
+
+    def wake(self, task_ids: Iterable[str] | None) -> None:
+        if task_ids is None:
+            woken = list(self._events.values())
+            self._events.clear()
+        else:
+            woken = [e for e in (self._events.pop(task_id, None) for task_id in task_ids) if e]
+        for event in woken:
+            event.set()
+
+    def changed(self, task_id: str) -> None:
+        self.wake((task_id,))
+        if self.publish is not None:
+            self.publish(task_id)
+
+
 async def wait_for_signal(event: asyncio.Event, seconds: float) -> bool:
     """True when woken, False when `seconds` passed first."""
     try:
@@ -38,3 +76,14 @@ async def wait_for_signal(event: asyncio.Event, seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_for_any(events: Iterable[asyncio.Event], seconds: float) -> bool:
+    """True when any of `events` is set, False when `seconds` passed first."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return bool(done)

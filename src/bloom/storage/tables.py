@@ -132,6 +132,22 @@ workers = Table(
     # Membridge's), "membridge" while it is known only through the worker sync
     Column("source", Text, nullable=False, server_default="api"),
     Column("membridge_seen_at", BigInteger),
+    # ours: epoch ms before which the worker takes no work (a usage limit's reset time)
+    Column("paused_until", BigInteger),
+)
+
+# ours: a task's live output, as its workers post it. `seq` counts 1, 2, 3… per task, assigned by
+# the server in arrival order without gaps, across all of the task's attempts.
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("task_id", String, primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("lease_id", String),
+    Column("worker_id", String),
+    Column("type", Text, nullable=False),
+    Column("data", JSONType, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
 )
 
 runtime_artifacts = Table(

@@ -7,6 +7,7 @@ from fastapi import Depends, Request
 from bloom.runtime.container import Container
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
+from bloom.services.events import EventService
 from bloom.services.leasing import LeaseService
 from bloom.services.records import RecordService
 from bloom.services.tasks import TaskService
@@ -47,10 +48,15 @@ async def _records(request: Request) -> RecordService:
     return app_container(request).records
 
 
+async def _events(request: Request) -> EventService:
+    return app_container(request).events
+
+
 Tasks = Annotated[TaskService, Depends(_tasks)]
 Leases = Annotated[LeaseService, Depends(_leases)]
 Completions = Annotated[CompletionService, Depends(_completion)]
 Workers = Annotated[WorkerService, Depends(_workers)]
 Config = Annotated[ConfigService, Depends(_config)]
 Records = Annotated[RecordService, Depends(_records)]
+Events = Annotated[EventService, Depends(_events)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -25,6 +25,13 @@ from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
+from bloom.services.events import (
+    MAX_DATA_BYTES,
+    MAX_EVENTS,
+    MAX_TYPE_CHARS,
+    EventDataError,
+    serialise_data,
+)
 
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
 
@@ -137,6 +144,31 @@ class RegisterWorkerBody(Body):
     install_method: StrictStr | None = Field(None, max_length=64)
 
 
+class EventBody(Body):
+    type: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_TYPE_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="The event's kind (no control characters: it becomes the SSE event name).",
+    )
+    data: Any = Field(None, description=f"Any JSON, at most {MAX_DATA_BYTES} bytes serialised.")
+
+    @field_validator("data")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        try:
+            serialise_data(value)
+        except EventDataError as exc:
+            raise PydanticCustomError("event_data", "{problem}", {"problem": exc.message}) from None
+        return value
+
+
+class AppendEventsBody(Body):
+    lease_id: StrictStr = Field(min_length=1, description="Fencing: the lease you hold.")
+    worker_id: StrictStr | None = Field(None, min_length=1)
+    events: list[EventBody] = Field(max_length=MAX_EVENTS)
+
+
 class ConfigBody(Body):
     membridge_server_url: HttpUrl
     admin_key: StrictStr = Field(min_length=1)
@@ -175,6 +207,13 @@ class CompleteReply:
 @dataclass
 class WorkerDetail(Worker):
     leases: list[Lease] = field(default_factory=list)
+
+
+@dataclass
+class EventsAccepted:
+    task_id: str
+    last_seq: int
+    accepted: int
 
 
 @dataclass

@@ -6,6 +6,7 @@ from sqlalchemy import bindparam, func, select
 
 from bloom.storage.database import Database
 from bloom.storage.executor import Session
+from bloom.storage.repositories.events import EventRepository
 from bloom.storage.repositories.leases import LeaseRepository
 from bloom.storage.repositories.records import (
     ArtifactRepository,
@@ -49,6 +50,10 @@ class Repositories:
     @cached_property
     def audit(self) -> AuditRepository:
         return AuditRepository(self.session)
+
+    @cached_property
+    def events(self) -> EventRepository:
+        return EventRepository(self.session)
 
     @cached_property
     def settings(self) -> SettingsRepository:

@@ -28,6 +28,16 @@ _INSERT_KEYED = {
     for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
 _GET = select(*TASK_COLUMNS).where(t.c.id == bindparam("b_id"))
+# Only a task in flight: a queued row locked here would make claims (SKIP LOCKED) pass it over.
+_LOCK_IN_FLIGHT = (
+    select(t.c.id)
+    .where(
+        t.c.id == bindparam("b_id"),
+        or_(is_state(t.c.status, "leased"), is_state(t.c.status, "running")),
+    )
+    .with_for_update()
+)
+_STATUS = select(t.c.status).where(t.c.id == bindparam("b_id"))
 _BY_KEY = select(*TASK_COLUMNS, t.c.request_hash).where(t.c.idempotency_key == bindparam("b_key"))
 _LIST = (
     select(*TASK_COLUMNS)
@@ -97,6 +107,7 @@ def _claim_statement() -> Any:
         owner.c.id != bindparam("b_worker"),
         is_state(owner.c.status, "online"),
         owner.c.last_heartbeat >= bindparam("b_live_cutoff"),
+        or_(owner.c.paused_until.is_(None), owner.c.paused_until <= bindparam("b_now")),
         owner_load < owner.c.capabilities["max_concurrency"].as_integer(),
     )
     my_load = (
@@ -141,6 +152,15 @@ class TaskRepository(Repository):
 
     async def get(self, task_id: str) -> Task | None:
         return await self.one(Task, _GET, {"b_id": task_id})
+
+    async def lock_in_flight(self, task_id: str) -> bool:
+        """Hold the task's row lock to the end of the transaction if it is leased or running
+        (PostgreSQL; SQLite has one writer already); False when it is not (or does not exist)."""
+        return bool(await self.run(_LOCK_IN_FLIGHT, {"b_id": task_id}))
+
+    async def status(self, task_id: str) -> str | None:
+        status: str | None = await self.scalar(_STATUS, {"b_id": task_id})
+        return status
 
     async def get_by_idempotency_key(self, key: str) -> tuple[Task, str | None] | None:
         rows = await self.run(_BY_KEY, {"b_key": key})

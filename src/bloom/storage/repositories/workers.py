@@ -88,6 +88,7 @@ _MARK_QUIET = (
     .values(status="offline")
     .returning(w.c.id)
 )
+_PAUSE = update(w).where(w.c.id == bindparam("b_id")).values(paused_until=bindparam("b_until"))
 _DELETE = delete(w).where(w.c.id == bindparam("b_id")).returning(w.c.id)
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
@@ -151,6 +152,10 @@ class WorkerRepository(Repository):
         """Set an online worker offline if nothing was heard of it since `cutoff`, directly or
         through Membridge; True when it was set offline."""
         return bool(await self.run(_MARK_QUIET, {"b_id": worker_id, "b_cutoff": cutoff}))
+
+    async def pause(self, worker_id: str, until: int) -> None:
+        """The worker takes no work before `until` (epoch ms); the pause simply lapses."""
+        await self.run(_PAUSE, {"b_id": worker_id, "b_until": until})
 
     async def delete(self, worker_id: str) -> bool:
         return bool(await self.run(_DELETE, {"b_id": worker_id}))

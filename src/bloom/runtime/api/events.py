@@ -1,0 +1,90 @@
+"""A task's live output: the worker posts events; anyone reads or follows them as Server-Sent
+Events."""
+
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+from starlette.responses import Response
+
+from bloom.domain.models import TaskEvent
+from bloom.runtime.api.deps import Events
+from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
+from bloom.runtime.http import JSON, invalid
+from bloom.services.events import End, Keepalive, NewEvent
+
+router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["events"])
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+KEEPALIVE = b": keepalive\n\n"
+SEQ = re.compile(r"[0-9]{1,10}")
+MAX_SEQ = 2**31 - 1
+
+
+@router.post(
+    "/{task_id}/events",
+    response_model=EventsAccepted,
+    summary="Append live output events (fenced by the lease; numbered 1, 2, 3… per task)",
+)
+async def append_events(task_id: str, body: AppendEventsBody, events: Events) -> JSON:
+    appended = await events.append(
+        task_id,
+        lease_id=body.lease_id,
+        worker_id=body.worker_id,
+        events=[NewEvent(event.type, event.data) for event in body.events],
+    )
+    return JSON(
+        EventsAccepted(
+            task_id=appended.task_id, last_seq=appended.last_seq, accepted=appended.accepted
+        )
+    )
+
+
+@router.get(
+    "/{task_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+    summary="Follow a task's events (Server-Sent Events; resumes after Last-Event-ID)",
+)
+async def stream_events(
+    task_id: str,
+    events: Events,
+    after: Annotated[
+        int | None,
+        Query(ge=0, le=MAX_SEQ, description="Send events after this seq (Last-Event-ID wins)."),
+    ] = None,
+    follow: Annotated[
+        bool, Query(description="Keep following until the task ends (false: what exists).")
+    ] = True,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    start = after or 0
+    if last_event_id is not None and last_event_id.strip():
+        given = last_event_id.strip()
+        if not SEQ.fullmatch(given) or int(given) > MAX_SEQ:
+            return invalid("Must be an event id: an integer from 0", "Last-Event-ID")
+        start = int(given)
+    await events.status(task_id)  # 404 before the stream starts
+    stream = events.follow(task_id, after=start, follow=follow)
+    return StreamingResponse(_sse(stream), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _sse(stream: AsyncIterator[TaskEvent | Keepalive | End]) -> AsyncIterator[bytes]:
+    async for item in stream:
+        if isinstance(item, TaskEvent):
+            payload = {
+                "seq": item.seq,
+                "type": item.type,
+                "data": item.data,
+                "created_at": item.created_at,
+                "worker_id": item.worker_id,
+                "lease_id": item.lease_id,
+            }
+            head = f"id: {item.seq}\nevent: {item.type}\ndata: ".encode()
+            yield head + orjson.dumps(payload) + b"\n\n"
+        elif isinstance(item, Keepalive):
+            yield KEEPALIVE
+        else:
+            yield b"event: end\ndata: " + orjson.dumps({"status": item.status}) + b"\n\n"
