@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -126,6 +127,23 @@ def submit_process(runtime: RuntimeProcess, *args: str) -> subprocess.Popen[str]
     )
 
 
+def collect(stream: IO[str] | None) -> list[str]:
+    """The stream's lines as they come (a thread reads them)."""
+    lines: list[str] = []
+    assert stream is not None
+    threading.Thread(
+        target=lambda: lines.extend(line.rstrip("\n") for line in stream), daemon=True
+    ).start()
+    return lines
+
+
+def wait_for_line(lines: list[str], needle: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(needle in line for line in lines):
+        assert time.monotonic() < deadline, f"no {needle!r} in:\n" + "\n".join(lines)
+        time.sleep(0.05)
+
+
 def task_of(http: httpx.Client, prompt: str, wait: float = 30) -> dict[str, Any]:
     """The task with this prompt, once it exists."""
     deadline = time.monotonic() + wait
@@ -156,11 +174,14 @@ def test_submit_wait_shows_progress_and_live_output_then_prints_the_answer(runti
     prompt = f"explain {time.monotonic_ns()}"
     proc = submit_process(runtime, prompt, "--wait", "--budget", "0.5", "--timeout", "60")
     try:
+        lines = collect(proc.stderr)
         task = task_of(http, prompt)
         assert task["policy"] == {"timeout_sec": 60, "budget": 0.5}
         assert task["context_id"].startswith("ctx-")
+        wait_for_line(lines, "queued")
         grant = claim(http, "cli-w1", task["id"])
         heartbeat(http, grant)
+        wait_for_line(lines, "running on cli-w1")
         started = {"worker_id": "cli-w1", "lease_id": grant["lease"]["id"], "attempt": 1,
                    "resumed_session": False}  # fmt: skip
         send(http, grant, ("started", started), ("claude", RETRY), ("claude", ASSISTANT))
@@ -170,13 +191,16 @@ def test_submit_wait_shows_progress_and_live_output_then_prints_the_answer(runti
                     "cost_usd": 0.0123, "tokens_used": 42}  # fmt: skip
         send(http, grant, ("finished", finished))
         finish(http, grant, output="the answer\nin two lines")
-        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.stdout is not None
+        stdout = proc.stdout.read()
+        proc.wait(60)
     finally:
         proc.kill()
+    stderr = "\n".join(lines)
     assert proc.returncode == 0, stderr
     assert stdout == "the answer\nin two lines\n"
     assert f"task {task['id']}" in stderr
-    assert "running on cli-w1" in stderr or "leased to cli-w1" in stderr
+    assert stderr.count("running on cli-w1") == 1
     assert "started on cli-w1, attempt 1" in stderr
     assert "↻ API retry 1/10 in 0.5s (529 overloaded)" in stderr
     assert "thinking out loud" in stderr

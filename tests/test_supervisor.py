@@ -7,6 +7,7 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,12 @@ def sh(script: str) -> list[str]:
 
 def spec(name: str, script: str, ready=lambda: True, timeout: float = 10.0) -> ChildSpec:
     return ChildSpec(name, sh(script), dict(os.environ), ready, ready_timeout_sec=timeout)
+
+
+def trapping(marker: Path, on_term: str, name: str = "stubborn") -> ChildSpec:
+    """A shell that runs `on_term` on SIGTERM (nothing: ignores it); ready once the trap is set."""
+    script = f"trap '{on_term}' TERM; touch {marker}; while true; do sleep 0.05; done"
+    return spec(name, script, ready=marker.exists)
 
 
 def gone(pid: int) -> bool:
@@ -123,8 +130,7 @@ def test_a_child_not_ready_in_time_fails_and_is_stopped(supervisor):
 def test_stop_all_stops_in_reverse_order(supervisor, messages, tmp_path):
     log = tmp_path / "stops"
     for name in ("a", "b", "c"):
-        supervisor.start(spec(name, f"trap 'echo {name} >> {log}; exit 0' TERM; "
-                                    "while true; do sleep 0.05; done"))  # fmt: skip
+        supervisor.start(trapping(tmp_path / name, f"echo {name} >> {log}; exit 0", name))
     supervisor.stop_all()
     assert log.read_text().split() == ["c", "b", "a"]
     assert all(gone(child.pid) for child in supervisor.children)
@@ -132,9 +138,9 @@ def test_stop_all_stops_in_reverse_order(supervisor, messages, tmp_path):
     assert ["stopping c" in stopping[0], "stopping a" in stopping[2]] == [True, True]
 
 
-def test_a_child_ignoring_sigterm_is_killed_after_the_grace(messages):
+def test_a_child_ignoring_sigterm_is_killed_after_the_grace(messages, tmp_path):
     sup = Supervisor(say=messages.append, stop_grace_sec=0.5, poll_sec=0.02)
-    child = sup.start(spec("stubborn", "trap '' TERM; while true; do sleep 0.05; done"))
+    child = sup.start(trapping(tmp_path / "trapped", ""))
     started = time.monotonic()
     sup.stop_all()
     assert 0.4 < time.monotonic() - started < 5
@@ -178,9 +184,9 @@ def test_a_stop_request_while_starting_interrupts_the_start(supervisor):
     assert len(supervisor.children) == 1
 
 
-def test_a_second_stop_request_skips_the_grace(messages):
+def test_a_second_stop_request_skips_the_grace(messages, tmp_path):
     sup = Supervisor(say=messages.append, stop_grace_sec=30, poll_sec=0.02)
-    child = sup.start(spec("stubborn", "trap '' TERM; while true; do sleep 0.05; done"))
+    child = sup.start(trapping(tmp_path / "trapped", ""))
     sup.request_stop()
     threading.Timer(0.3, sup.request_stop).start()
     started = time.monotonic()

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from bloom import claude_cli
-from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, plan
+from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, banner, plan
 from tests.conftest import unavailable
 from tests.support.net import free_port
 
@@ -97,6 +97,19 @@ def test_plan_with_the_demo_model(tmp_path):
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in worker.env
     assert json.loads(worker.env["BLOOM_CLAUDE_ARGS"]) == ["--bare"]
     assert "BLOOM_WORKER_CONCURRENCY" not in worker.env
+
+
+def test_the_banner_says_where_everything_is(tmp_path):
+    text = "\n".join(banner(options(tmp_path, demo_model=True, worker_concurrency=2)))
+    assert "runtime    http://127.0.0.1:5001" in text
+    assert "API docs   http://127.0.0.1:5001/api/docs" in text
+    assert "model      http://127.0.0.1:8101" in text
+    assert "worker     w-test (concurrency 2), claude at /opt/claude" in text
+    assert f"data dir   {tmp_path}" in text
+    assert 'bloom task submit "hello" --wait --url http://127.0.0.1:5001' in text
+    default_port = "\n".join(banner(options(tmp_path, port=5000)))
+    assert default_port.endswith('bloom task submit "hello" --wait\n  stop       Ctrl-C')
+    assert "model" not in default_port
 
 
 # -- the real thing ------------------------------------------------------------------------------

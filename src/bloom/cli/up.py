@@ -210,12 +210,14 @@ def banner(options: UpOptions) -> list[str]:
     ]
     if options.demo_model:
         lines.append(f"  model      {options.model_url} (demo: answers every prompt with its echo)")
-    concurrency = options.worker_concurrency or "default"
+    concurrency = (
+        f" (concurrency {options.worker_concurrency})" if options.worker_concurrency else ""
+    )
+    url_option = "" if options.port == 5000 else f" --url {options.runtime_url}"
     lines += [
-        f"  worker     {options.worker_name} (concurrency {concurrency}), "
-        f"claude at {options.claude_bin}",
+        f"  worker     {options.worker_name}{concurrency}, claude at {options.claude_bin}",
         f"  data dir   {options.data_dir}",
-        '  try        bloom task submit "hello" --wait',
+        f'  try        bloom task submit "hello" --wait{url_option}',
         "  stop       Ctrl-C",
     ]
     return lines

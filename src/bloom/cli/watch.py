@@ -93,6 +93,7 @@ class TaskView:
         if event.type == "started":
             attempt = data.get("attempt")
             worker = escape(str(data.get("worker_id") or "?"))
+            self.last = ("running", data.get("worker_id"))  # the poll need not say it again
             resumed = ", resuming this context's session" if data.get("resumed_session") else ""
             self.note(f"[cyan]started[/] on {worker}, attempt {attempt}{resumed}")
         elif event.type == "claude":
