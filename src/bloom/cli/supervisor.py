@@ -25,6 +25,7 @@ import httpx
 TAIL_LINES = 20
 NAME_WIDTH = 9
 READY_POLL_MAX_SEC = 0.5
+SECOND_STOP_AFTER_SEC = 1.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 Ready = Callable[[], bool]
@@ -126,14 +127,21 @@ class Supervisor:
         self.poll_sec = poll_sec
         self.stopping = threading.Event()
         self.hurry = threading.Event()
+        self._first_stop: float | None = None
         self._say = say or (lambda message: click.echo(message, err=True))
         self._lock = threading.Lock()
 
     # signals
 
     def request_stop(self) -> None:
-        """Stop soon (the first Ctrl-C); a second request skips the grace period."""
-        if self.stopping.is_set():
+        """Stop soon (the first Ctrl-C); a second one, a moment later, skips the grace period.
+
+        One Ctrl-C under `make` or `uv run` arrives twice at once (the terminal signals the
+        whole foreground group, and uv forwards it too): that counts as one."""
+        now = time.monotonic()
+        if self._first_stop is None:
+            self._first_stop = now
+        elif now - self._first_stop >= SECOND_STOP_AFTER_SEC:
             self.hurry.set()
         self.stopping.set()
 
@@ -245,7 +253,9 @@ class Supervisor:
                     break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.process.wait(self.poll_sec)
-            if child.exited() is None:
+            if child.exited() is None and self.hurry.is_set():
+                self._say(f"killing {child.name} (asked twice)")
+            elif child.exited() is None:
                 self._say(f"{child.name} did not stop in {self.stop_grace_sec:g} s: killing it")
         _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

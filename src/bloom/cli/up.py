@@ -281,6 +281,8 @@ def up(
         claude_bin, fetched = claude_cli.ensure_claude(_say, environ)
     except claude_cli.ClaudeCliError as exc:
         raise _fail(str(exc), 2) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted while fetching the Claude CLI", 130) from None
     if not fetched:
         _say(click.style(f"Claude CLI: {claude_bin}", dim=True))
     options = replace(options, claude_bin=claude_bin)
