@@ -191,6 +191,9 @@ class LeaseService:
             )
             if task is None:
                 return None
+            # Our clock was read before the task's creator committed, possibly a millisecond
+            # before its own reading: never record a grant as older than what it granted.
+            now = max(now, task.queued_at or task.created_at)
             lease = Lease(
                 id=lease_id,
                 task_id=task.id,

@@ -1,0 +1,224 @@
+"""The worker's pure parts: outcome classification, prompt and hints, argv and environment,
+the session book, and the echo model's scripting."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bloom.domain.retry import ErrorCode
+from bloom.echo_model import Script
+from bloom.worker.claude import Invocation, child_environment, known_agent
+from bloom.worker.outcome import RunReport, classify_error, decide, json_output
+from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
+from bloom.worker.sessions import SessionBook
+
+
+def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
+    return {
+        "type": "result",
+        "subtype": "success",
+        "is_error": is_error,
+        "result": text,
+        "session_id": "s-1",
+        "total_cost_usd": 0.0021,
+        "num_turns": 1,
+        "usage": {"input_tokens": 40, "cache_read_input_tokens": 2, "output_tokens": 5},
+    } | extra
+
+
+def report(res: dict[str, object] | None = None, **kwargs: object) -> RunReport:
+    values: dict[str, object] = {"exit_code": 0, "duration_ms": 1200, "result": res} | kwargs
+    return RunReport(**values)  # type: ignore[arg-type]
+
+
+def test_success_carries_output_session_and_metrics() -> None:
+    outcome = decide(report(result("echo: hi")), desired_format="text", budget_usd=0)
+    assert outcome.success
+    assert outcome.output == "echo: hi"
+    assert outcome.session_id == "s-1"
+    assert outcome.metrics == {
+        "duration_ms": 1200,
+        "tokens_used": 47,
+        "input_tokens": 42,
+        "output_tokens": 5,
+        "cost_usd": 0.0021,
+        "num_turns": 1,
+    }
+    body = outcome.complete_body()
+    assert body["status"] == "success"
+    assert "error_code" not in body
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "retry_at"),
+    [
+        (
+            "API Error: Request rejected (429) · Claude AI usage limit reached|1900000000",
+            ErrorCode.USAGE_LIMIT,
+            1_900_000_000_000,
+        ),
+        ("Claude AI usage limit reached", ErrorCode.USAGE_LIMIT, None),
+        ("API Error: 529 Overloaded. This is a server-side issue", ErrorCode.RATE_LIMITED, None),
+        ("API Error: 429 rate_limit_error", ErrorCode.RATE_LIMITED, None),
+        ("API Error: 400 prompt is too long", ErrorCode.CLI_ERROR, None),
+    ],
+)
+def test_errors_are_classified(text: str, code: ErrorCode, retry_at: int | None) -> None:
+    assert classify_error(text) == (code, retry_at)
+    outcome = decide(
+        report(result(text, is_error=True), exit_code=1), desired_format="text", budget_usd=0
+    )
+    assert not outcome.success
+    assert (outcome.error_code, outcome.retry_at, outcome.error_message) == (code, retry_at, text)
+
+
+def test_budget_timeout_cancel_and_missing_result() -> None:
+    over = result(None, is_error=True, subtype="error_max_budget_usd", total_cost_usd=4.0002)
+    outcome = decide(report(over, exit_code=1), desired_format="text", budget_usd=0.01)
+    assert outcome.error_code is ErrorCode.BUDGET_EXCEEDED
+    assert outcome.error_message == "Budget exceeded: spent $4.0002 of $0.01"
+    # a run that ends over budget without the CLI noticing is over budget all the same
+    pricey = decide(report(result("ok", total_cost_usd=0.5)), desired_format="text", budget_usd=0.1)
+    assert pricey.error_code is ErrorCode.BUDGET_EXCEEDED
+
+    timed_out = decide(
+        report(None, exit_code=-15, timed_out=True, timeout_sec=3),
+        desired_format="text",
+        budget_usd=0,
+    )
+    assert (timed_out.error_code, timed_out.error_message) == (
+        ErrorCode.TIMEOUT,
+        "Timed out after 3s",
+    )
+    cancelled = decide(
+        report(None, exit_code=-15, cancelled=True), desired_format="text", budget_usd=0
+    )
+    assert cancelled.error_code is ErrorCode.CANCELLED
+
+    crashed = decide(
+        report(None, exit_code=1, stderr_tail="--agent 'x' not found"),
+        desired_format="text",
+        budget_usd=0,
+    )
+    assert crashed.error_code is ErrorCode.CLI_ERROR
+    assert crashed.error_message == "Claude CLI exited with code 1: --agent 'x' not found"
+    assert crashed.metrics == {"duration_ms": 1200, "tokens_used": None}
+
+
+def test_json_output_is_validated_and_unfenced() -> None:
+    assert json_output('{"a": 1}') == '{"a": 1}'
+    assert json_output('```json\n{"a": [1, 2]}\n```') == '{"a": [1, 2]}'
+    assert json_output("echo: not json") is None
+    good = decide(report(result('```json\n{"ok": true}\n```')), desired_format="json", budget_usd=0)
+    assert good.success
+    assert json.loads(good.output or "") == {"ok": True}
+    bad = decide(report(result("echo: hi")), desired_format="json", budget_usd=0)
+    assert bad.error_code is ErrorCode.INVALID_OUTPUT
+
+
+def test_hints_resolve_to_files_inside_the_project(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "a.py").write_text("A = 1\n")
+    (project / "src" / "b.py").write_text("B = 2\n")
+    (project / "README.md").write_text("# readme\n")
+    (project / "big.txt").write_text("x" * (MAX_FILE_BYTES + 1))
+    (tmp_path / "secret.txt").write_text("outside")
+
+    context = resolve_hints(
+        ["src/*.py", "README.md", "../secret.txt", "/etc/passwd", "big.txt", "the billing module"],
+        project,
+    )
+    assert context.files == {
+        "src/a.py": "A = 1\n",
+        "src/b.py": "B = 2\n",
+        "README.md": "# readme\n",
+    }
+    assert context.notes == ["../secret.txt", "/etc/passwd", "the billing module"]
+    assert context.skipped == ["big.txt"]
+
+    prompt = build_prompt("Explain.", context)
+    assert prompt.startswith('Context files:\n<file path="src/a.py">\nA = 1\n\n</file>')
+    assert "Context:\n- ../secret.txt\n- /etc/passwd\n- the billing module" in prompt
+    assert "outside" not in prompt
+    assert prompt.endswith("Not included (too large or unreadable): big.txt\n\nExplain.")
+    # without a project directory every hint is a plain note, as in the seed
+    assert build_prompt("P", resolve_hints(["src/a.py"], None)) == "Context:\n- src/a.py\n\nP"
+
+
+def test_the_prompt_never_reaches_argv_and_secrets_never_reach_the_child(tmp_path: Path) -> None:
+    invocation = Invocation(
+        binary="/bin/claude",
+        prompt="do the secret thing",
+        cwd=tmp_path,
+        env={},
+        timeout_sec=5,
+        resume="s-1",
+        agent="Plan",
+        budget_usd=0.25,
+        extra_args=["--bare"],
+    )
+    assert invocation.argv() == [
+        "/bin/claude",
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--bare",
+        "--resume",
+        "s-1",
+        "--agent",
+        "Plan",
+        "--max-budget-usd",
+        "0.25",
+    ]
+    env = child_environment(
+        {
+            "PATH": "/usr/bin",
+            "ANTHROPIC_API_KEY": "claude-own",
+            "RUNTIME_API_KEY": "k1",
+            "BLOOM_WORKER_API_KEY": "k2",
+            "MEMBRIDGE_ADMIN_KEY": "k3",
+            "BLOOM_MEMBRIDGE_ADMIN_KEY": "k4",
+            "DATABASE_URL": "postgresql://u:p@h/db",
+        },
+        "reviewer",
+    )
+    assert env == {
+        "PATH": "/usr/bin",
+        "ANTHROPIC_API_KEY": "claude-own",
+        "CLAUDE_PROJECT_ID": "reviewer",
+    }
+
+
+def test_agents_are_named_only_when_the_cli_knows_them(tmp_path: Path) -> None:
+    (tmp_path / "reviewer.md").write_text("---\nname: reviewer\n---\n")
+    assert known_agent("Plan", [])
+    assert known_agent("reviewer", [tmp_path])
+    assert not known_agent("default-project", [tmp_path])
+    assert not known_agent("../reviewer", [tmp_path])
+
+
+def test_session_book_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "w" / "sessions.json"
+    book = SessionBook(path)
+    assert book.get("ctx") is None
+    book.set("ctx", "s-1")
+    book.set("other", "s-2")
+    again = SessionBook(path)
+    assert (again.get("ctx"), again.get("other")) == ("s-1", "s-2")
+    again.forget("ctx")
+    assert SessionBook(path).get("ctx") is None
+    path.write_text("not json")
+    assert SessionBook(path).get("other") is None
+
+
+def test_echo_model_directives() -> None:
+    assert Script.parse("plain") == Script()
+    script = Script.parse(
+        "x [[sleep 1.5]] [[tokens 900]] [[usage-limit 1900000000]] [[overloaded]]"
+    )
+    assert script == Script(
+        sleep_sec=1.5, output_tokens=900, overloaded=True, usage_limit_reset=1_900_000_000
+    )
