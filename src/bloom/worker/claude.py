@@ -166,6 +166,7 @@ class ClaudeProcess:
             await io
         except asyncio.CancelledError:
             await self.kill()
+            await asyncio.gather(io, return_exceptions=True)  # its pipes close with the process
             raise
         _signal_group(process.pid, signal.SIGKILL)  # nothing it started outlives the run
         return RunReport(
