@@ -21,6 +21,7 @@ from tests.support.db import DatabaseProbe
 from tests.support.net import closed_port
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
 from tests.support.server import RuntimeProcess
+from tests.support.worker import claude_binary
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 NO_MEMBRIDGE = f"http://127.0.0.1:{closed_port()}"
@@ -135,3 +136,16 @@ def probe(database_url: str) -> Iterator[DatabaseProbe]:
     db = DatabaseProbe(database_url)
     yield db
     db.close()
+
+
+@pytest.fixture(scope="session")
+def claude() -> Path:
+    """The real Claude CLI (pinned, from the project cache): skipped on a laptop without it,
+    a failure in CI."""
+    path = claude_binary()
+    if path is None:
+        message = "the Claude CLI is not installed: `bloom claude install` (CI installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

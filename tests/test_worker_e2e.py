@@ -8,121 +8,13 @@ these tests are skipped on a laptop and fail in CI.
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from tests.support.db import DatabaseProbe
-from tests.support.membridge import MembridgeProcess
-from tests.support.server import RuntimeProcess
-from tests.support.worker import EchoModelProcess, WorkerProcess, claude_binary
-
-TERMINAL = {"completed", "failed", "dead", "cancelled"}
-
-
-@pytest.fixture(scope="session")
-def claude() -> Path:
-    path = claude_binary()
-    if path is None:
-        message = "the Claude CLI is not installed: `bloom claude install` (CI installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-class Stack:
-    """Membridge, runtime, echo model and workers, with the runtime's HTTP API at hand."""
-
-    def __init__(self, database_url: str, data_dir: Path, claude: Path):
-        self.data_dir = data_dir
-        self.claude = claude
-        self.model = EchoModelProcess(data_dir)
-        self.membridge = MembridgeProcess(data_dir)
-        self.runtime = RuntimeProcess(
-            database_url,
-            data_dir,
-            BLOOM_MEMBRIDGE_URL=self.membridge.url,
-            MEMBRIDGE_ADMIN_KEY=self.membridge.admin_key or "",
-            BLOOM_REAPER_INTERVAL_SEC="0.5",
-            BLOOM_RETRY_BASE_SEC="0.5",
-            BLOOM_WORKER_SYNC_SEC="1",
-        )
-        self.workers: dict[str, WorkerProcess] = {}
-        self.http = httpx.Client(base_url=self.runtime.url + "/api/runtime", timeout=30)
-
-    def start(self) -> None:
-        self.model.start()
-        self.membridge.start()
-        self.runtime.start()
-
-    def add_worker(self, name: str, **env: str) -> WorkerProcess:
-        worker = WorkerProcess(
-            name,
-            self.data_dir,
-            self.runtime.url,
-            self.model.url,
-            self.claude,
-            BLOOM_MEMBRIDGE_URL=self.membridge.url,
-            MEMBRIDGE_ADMIN_KEY=self.membridge.admin_key or "",
-            BLOOM_WORKER_LEASE_TTL_SEC="5",
-            **env,
-        )
-        worker.start()
-        self.workers[name] = worker
-        return worker
-
-    def close(self) -> None:
-        self.http.close()
-        for worker in self.workers.values():
-            worker.kill()
-        for server in (self.runtime, self.membridge, self.model):
-            server.stop()
-
-    def submit(self, prompt: str, **fields: Any) -> str:
-        body = {"context_id": f"ctx-{time.monotonic_ns()}", "agent_slug": "default"} | fields
-        response = self.http.post("/llm-tasks", json={"prompt": prompt} | body)
-        assert response.status_code == 201, response.text
-        task_id: str = response.json()["id"]
-        return task_id
-
-    def task(self, task_id: str) -> dict[str, Any]:
-        task: dict[str, Any] = self.http.get(f"/llm-tasks/{task_id}").json()
-        return task
-
-    def wait(
-        self, task_id: str, statuses: set[str] = TERMINAL, timeout: float = 60
-    ) -> dict[str, Any]:
-        task: dict[str, Any] = wait_for(
-            lambda: self._in(task_id, statuses), timeout, f"{task_id} in {statuses}"
-        )
-        return task
-
-    def _in(self, task_id: str, statuses: set[str]) -> dict[str, Any] | None:
-        task = self.task(task_id)
-        return task if task["status"] in statuses else None
-
-    def output(self, task_id: str) -> str:
-        artifacts = self.http.get("/artifacts", params={"task_id": task_id}).json()
-        assert len(artifacts) == 1, artifacts
-        return self.http.get(f"/artifacts/{artifacts[0]['id']}/content").text
-
-    def logs(self) -> str:
-        parts = [self.runtime.log(), self.membridge.log(), self.model.log()]
-        return "\n".join(parts + [w.log() for w in self.workers.values()])
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from tests.support.stack import Stack, wait_for
 
 
 @pytest.fixture
@@ -262,8 +154,18 @@ def test_timeout_kills_the_cli_and_retries(stack: Stack, probe: DatabaseProbe) -
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_over_budget_fails_for_good(stack: Stack) -> None:
+def test_over_budget_fails_for_good_and_overloaded_waits_for_free(
+    stack: Stack, probe: DatabaseProbe
+) -> None:
     stack.add_worker("w1")
+    busy = stack.submit("try later [[overloaded]]")
+    wait_for(lambda: probe.results(), 30, "the overloaded attempt's result")
+    task = stack.task(busy)
+    assert task["status"] == "queued"
+    assert task["attempts"] == 0
+    assert task["not_before"] > int(time.time() * 1000) + 30_000
+    assert probe.results()[0]["error_code"] == "rate_limited"
+
     task_id = stack.submit("expensive [[tokens 200000]]", policy={"budget": 0.01})
     task = stack.wait(task_id)
     assert task["status"] == "failed"

@@ -4,14 +4,18 @@ the session book, and the echo model's scripting."""
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
 from bloom.echo_model import Script
 from bloom.worker.claude import Invocation, child_environment, known_agent
-from bloom.worker.outcome import RunReport, classify_error, decide, json_output
+from bloom.worker.outcome import Outcome, RunReport, classify_error, decide, json_output
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
 from bloom.worker.sessions import SessionBook
+from bloom.worker.settings import WorkerSettings
+from bloom.worker.task_run import Pause, TaskRun
 
 
 def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
@@ -222,3 +226,46 @@ def test_echo_model_directives() -> None:
     assert script == Script(
         sleep_sec=1.5, output_tokens=900, overloaded=True, usage_limit_reset=1_900_000_000
     )
+
+
+async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) -> None:
+    """Unreachable and 503 are retried; the body names the lease and the worker every time."""
+    seen: list[dict[str, object]] = []
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            return httpx.Response(200, json={"task_id": "t1", "last_seq": 1, "accepted": 1})
+        seen.append(json.loads(request.content))
+        if len(seen) == 1:
+            raise httpx.ConnectError("connection refused")
+        if len(seen) == 2:
+            return httpx.Response(503, json={"error": "Storage unavailable"})
+        return httpx.Response(200, json={})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path)
+    grant = {"task": {"id": "t1", "context_id": "c"}, "lease": {"id": "l1"}}
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant)
+        await run._report(Outcome(True, output="echo: hi", metrics={"duration_ms": 5}))
+    assert len(seen) == 3
+    assert all(body["lease_id"] == "l1" and body["worker_id"] == "w1" for body in seen)
+    assert seen[-1]["status"] == "success"
+    assert seen[-1]["output"] == "echo: hi"
+
+
+async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:
+    calls = 0
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        if request.url.path.endswith("/complete"):
+            calls += 1
+            return httpx.Response(409, json={"error": "Lease l1 is no longer active (expired)"})
+        return httpx.Response(200, json={"task_id": "t1", "last_seq": 1, "accepted": 1})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path)
+    grant = {"task": {"id": "t1", "context_id": "c"}, "lease": {"id": "l1"}}
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant)
+        await run._report(Outcome(True, output="x", metrics={"duration_ms": 5}))
+    assert calls == 1

@@ -52,6 +52,12 @@ class RuntimeSettings(ServiceSettings):
         validation_alias=_env("API_KEY", "RUNTIME_API_KEY"),
         description="Shared admin key sent as X-Runtime-API-Key. Unset or empty: no auth.",
     )
+    secret_key: SecretStr | None = Field(
+        None,
+        validation_alias=_env("SECRET_KEY"),
+        description="Signs session cookies and encrypts stored secrets. Unset: a random key is "
+        "made once and kept in <data dir>/secret.key (mode 0600).",
+    )
     membridge_server_url: str = Field(
         "http://127.0.0.1:8000", validation_alias=_env("MEMBRIDGE_URL", "MEMBRIDGE_SERVER_URL")
     )

@@ -37,20 +37,26 @@ class ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "bloom.cli.main",
-                    *self.command,
-                    "--port",
-                    str(self.port),
-                    *args,
-                ],
+                self.argv(*args),
                 env=self.environment(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         self.wait_ready(timeout)
+
+    def argv(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "bloom.cli.main",
+            *self.command,
+            "--port",
+            str(self.port),
+            *args,
+        ]
+
+    def ready(self) -> bool:
+        return httpx.get(f"{self.url}{self.health_path}", timeout=1).status_code == 200
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -58,7 +64,7 @@ class ServerProcess:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited early:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}{self.health_path}", timeout=1).status_code == 200:
+                if self.ready():
                     return
             except httpx.HTTPError:
                 pass

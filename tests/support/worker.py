@@ -2,10 +2,7 @@
 Anthropic API, for end-to-end tests."""
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +35,11 @@ class EchoModelProcess(ServerProcess):
         return seen
 
 
-class WorkerProcess:
-    """`bloom worker run` as `name`, with its own HOME (Claude's sessions live there)."""
+class WorkerProcess(ServerProcess):
+    """`bloom worker run` as `name`, with its own HOME (Claude's sessions live there); ready
+    when the runtime lists it online."""
+
+    command = ("worker", "run")
 
     def __init__(
         self,
@@ -51,11 +51,9 @@ class WorkerProcess:
         **env: str,
     ):
         self.name = name
-        self.data_dir = data_dir
+        super().__init__(data_dir)
         self.home = data_dir / f"home-{name}"
         self.runtime_url = runtime_url
-        self.log_path = data_dir / f"worker-{name}.log"
-        self.process: subprocess.Popen[bytes] | None = None
         self.env = {
             **os.environ,
             "HOME": str(self.home),
@@ -79,35 +77,13 @@ class WorkerProcess:
     def work_dir(self) -> Path:
         return self.data_dir / "worker" / self.name
 
-    def start(self, timeout: float = 30.0) -> None:
+    def environment(self) -> dict[str, str]:
         self.home.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "bloom.cli.main", "worker", "run"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited early:\n{self.log()}")
-            try:
-                worker = httpx.get(f"{self.runtime_url}/api/runtime/workers/{self.name}", timeout=2)
-                if worker.status_code == 200 and worker.json()["status"] == "online":
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"worker {self.name} not registered after {timeout}s:\n{self.log()}")
+        return self.env
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=60)
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "bloom.cli.main", *self.command, *args]
 
-    def stop(self) -> None:
-        self.kill(signal.SIGTERM)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+    def ready(self) -> bool:
+        worker = httpx.get(f"{self.runtime_url}/api/runtime/workers/{self.name}", timeout=2)
+        return worker.status_code == 200 and worker.json()["status"] == "online"
