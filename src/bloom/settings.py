@@ -6,10 +6,12 @@ aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOO
 """
 
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bloom.client_address import Network, parse_networks
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 S = TypeVar("S", bound="ServiceSettings")
@@ -27,6 +29,12 @@ class ServiceSettings(BaseSettings):
     log_level: str = Field("info", validation_alias=_env("LOG_LEVEL"))
     log_format: Literal["json", "console"] = Field("json", validation_alias=_env("LOG_FORMAT"))
     access_log: bool = Field(True, validation_alias=_env("ACCESS_LOG"))
+    trusted_proxies: Annotated[tuple[Network, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("TRUSTED_PROXIES"),
+        description="Reverse proxies (addresses, CIDR blocks; JSON list or comma-separated) "
+        "whose X-Forwarded-For is believed. Default: none, the peer is the client.",
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -34,6 +42,11 @@ class ServiceSettings(BaseSettings):
         if value.lower() not in LOG_LEVELS:
             raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
         return value.lower()
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _networks(cls, value: object) -> tuple[Network, ...]:
+        return parse_networks(value)
 
 
 class RuntimeSettings(ServiceSettings):
