@@ -267,7 +267,7 @@ async def test_appends_are_fenced_by_the_lease(
     client: httpx.AsyncClient, clock: FakeClock, probe: DatabaseProbe
 ) -> None:
     """A lease that is unknown, another task's, another worker's, expired or released is refused
-    (404 or 409, as heartbeat and complete refuse it) and nothing is stored."""
+    (404, 403 or 409, as heartbeat and complete refuse it) and nothing is stored."""
     grant = await leased_task(client)
     task_id, lease_id = grant["task"]["id"], grant["lease"]["id"]
     other = await leased_task(client)
@@ -279,7 +279,7 @@ async def test_appends_are_fenced_by_the_lease(
     of_other_task = await post_events(client, task_id, other["lease"]["id"], texts(1))
     assert of_other_task.status_code == 404
     foreign = await post_events(client, task_id, lease_id, texts(1), worker_id="w2")
-    assert foreign.status_code == 409
+    assert foreign.status_code == 403
     assert foreign.json() == {"error": f"Lease {lease_id} is held by worker 'w1', not 'w2'"}
     assert stored(probe) == 1
 
@@ -748,7 +748,7 @@ def test_migration_0003_keeps_workers_and_goes_back_down(
                     "VALUES ('w1', 'w1', '{}', '[]', 1)"
                 )
             )
-        migrate.upgrade(target)
+        migrate.upgrade(target, "0003")
         assert migrate.current_revision(target) == "0003"
         with engine.connect() as conn:
             assert list(conn.execute(text("SELECT id, paused_until FROM workers"))) == [

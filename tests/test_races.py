@@ -405,8 +405,8 @@ async def test_superseded_lease_cannot_heartbeat_or_complete(
     client: httpx.AsyncClient, clock: FakeClock, probe: DatabaseProbe
 ) -> None:
     """After A's lease expired and B holds the task, A's heartbeat and complete naming its old
-    lease (and a complete naming worker A without a lease) are refused with 409 and change
-    nothing; B then finishes the task normally."""
+    lease are refused with 409, a complete naming worker A without a lease (so B's, the task's
+    current one) with 403, and none changes anything; B then finishes the task normally."""
     task_id, old, new = await claim_then_lose_to_another_worker(client, clock)
     lease_a = probe.leases_of(task_id)[0]
     assert (lease_a["id"], lease_a["status"]) == (old, "expired")
@@ -425,7 +425,7 @@ async def test_superseded_lease_cannot_heartbeat_or_complete(
     )
     before = probe.snapshot(task_id)
     refused = await send(client, task_id, "complete", success("late", worker_id="A"))
-    assert refused.status_code == 409  # B's lease is the task's current one, and it is not A's
+    assert refused.status_code == 403  # B's lease is the task's current one, and it is not A's
     assert probe.snapshot(task_id) == before
 
     assert (await send(client, task_id, "heartbeat", {"lease_id": new})).status_code == 200

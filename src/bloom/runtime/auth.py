@@ -1,39 +1,131 @@
-"""The seed's API-key check: `X-Runtime-API-Key` on `/api/runtime/*` and `/api/membridge/*`.
+"""Who is calling: every request is resolved to an `Identity` before anything else looks at it.
 
-With no key configured everything is open (the seed's development mode). The comparison is
-constant-time over bytes, so no header value (long, short, non-ASCII) can raise.
+- `X-Runtime-API-Key` equal to the configured `RUNTIME_API_KEY` (constant-time, over bytes, so
+  no header value can raise): the admin, as in the seed.
+- `X-Runtime-API-Key` holding a key made with `bloom key create`: that key's role (a worker key
+  also names its worker). Keys are looked up by their SHA-256; a found key is remembered for
+  `KEY_CACHE_SEC`, so a revocation takes effect within that time.
+- The `bloom_session` cookie of a logged-in user: the user's role; for a state-changing request
+  the CSRF token must come with it (checked here, enforced by the route rules).
+- Nothing, or credentials that are not valid: anonymous, known by the client's address.
+
+With no `RUNTIME_API_KEY` configured every caller is an admin (the seed's development mode).
+The identity goes to `scope["state"]["identity"]`; refusing is left to the route rules
+(`bloom.runtime.access`), so that rate limits can count refused callers too.
 """
+
+import time
+from collections.abc import Callable
+from http.cookies import CookieError, SimpleCookie
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bloom.domain.credentials import ApiKey, hash_key
+from bloom.domain.identity import Identity, Kind, Role, anonymous, open_access
 from bloom.domain.secrets import key_matches
-from bloom.runtime.http import error
-
-PROTECTED_PREFIXES = ("/api/runtime", "/api/membridge")
-PUBLIC_PATHS = frozenset(
-    {"/api/runtime/health", "/api/runtime/test-connection", "/api/membridge/health"}
+from bloom.runtime.access import SAFE_METHODS
+from bloom.runtime.container import Container
+from bloom.runtime.sessions import (
+    COOKIE,
+    CSRF_HEADER,
+    SessionCodec,
+    csrf_matches,
+    password_stamp,
 )
-HEADER = b"x-runtime-api-key"
+
+KEY_HEADER = b"x-runtime-api-key"
+KEY_CACHE_SEC = 10.0
+KEY_CACHE_MAX = 10_000
+
+AddressOf = Callable[[Scope], str]
 
 
-class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, api_key: str):
+def peer_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    return next((value for key, value in scope["headers"] if key == name), None)
+
+
+def _cookie(scope: Scope, name: str) -> str | None:
+    raw = _header(scope, b"cookie")
+    if raw is None:
+        return None
+    try:
+        jar = SimpleCookie(raw.decode("latin-1"))
+    except CookieError:
+        return None
+    morsel = jar.get(name)
+    return morsel.value if morsel else None
+
+
+class IdentityMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        admin_key: str,
+        sessions: SessionCodec,
+        address_of: AddressOf = peer_address,
+    ):
         self.app = app
-        self.expected = api_key.encode()
+        self.admin_key = admin_key.encode()
+        self.sessions = sessions
+        self.address_of = address_of
+        self._keys: dict[str, tuple[float, ApiKey]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.expected or not self._protected(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        presented = next((value for name, value in scope["headers"] if name == HEADER), b"")
-        if key_matches(presented, self.expected):
-            await self.app(scope, receive, send)
-            return
-        await error(401, "Unauthorized")(scope, receive, send)
+        if scope["type"] == "http":
+            state = scope.setdefault("state", {})
+            address = self.address_of(scope)
+            if not self.admin_key:
+                state["identity"] = open_access(address)
+            else:
+                state["identity"] = await self._identify(scope, state, address)
+        await self.app(scope, receive, send)
 
-    @staticmethod
-    def _protected(path: str) -> bool:
-        path = path.rstrip("/") or "/"
-        if path in PUBLIC_PATHS:
-            return False
-        return any(path == p or path.startswith(p + "/") for p in PROTECTED_PREFIXES)
+    async def _identify(self, scope: Scope, state: dict[str, object], address: str) -> Identity:
+        presented = _header(scope, KEY_HEADER)
+        if presented is not None:
+            if key_matches(presented, self.admin_key):
+                return Identity(Kind.ADMIN_KEY, "admin", Role.ADMIN)
+            key = await self._key(scope, hash_key(presented))
+            if key is not None:
+                return Identity(Kind.KEY, key.id, Role(key.role), key.worker_id)
+            return anonymous(address)
+        cookie = _cookie(scope, COOKIE)
+        if cookie is not None:
+            session = self.sessions.read(cookie, int(time.time()))
+            user = await _container(scope).credentials.user(session.user_id) if session else None
+            if (
+                user is not None
+                and session is not None
+                and session.stamp == password_stamp(user.password)
+            ):
+                token = _header(scope, CSRF_HEADER.encode())
+                state["csrf_ok"] = scope["method"] in SAFE_METHODS or csrf_matches(
+                    session.csrf, token.decode("latin-1") if token is not None else None
+                )
+                state["session"] = session
+                return Identity(Kind.USER, user.id, Role(user.role))
+        return anonymous(address)
+
+    async def _key(self, scope: Scope, digest: str) -> ApiKey | None:
+        now = time.monotonic()
+        cached = self._keys.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        key = await _container(scope).credentials.key_by_hash(digest)
+        if key is None:
+            self._keys.pop(digest, None)
+            return None
+        if len(self._keys) >= KEY_CACHE_MAX:
+            self._keys.clear()
+        self._keys[digest] = (now + KEY_CACHE_SEC, key)
+        return key
+
+
+def _container(scope: Scope) -> Container:
+    built: Container = scope["app"].state.container
+    return built

@@ -10,6 +10,7 @@ from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.services.clock import Clock, system_clock
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
+from bloom.services.credentials import CredentialService
 from bloom.services.events import EventService
 from bloom.services.expiry import LeaseReaper
 from bloom.services.leasing import LeaseService, LeaseSettings
@@ -37,6 +38,7 @@ class Container:
     config: ConfigService
     records: RecordService
     events: EventService
+    credentials: CredentialService
     reaper: LeaseReaper
     membridge_client: MembridgeClient
     membridge: MembridgeService
@@ -105,6 +107,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         config=config,
         records=RecordService(db, stores),
         events=EventService(db, event_signal, signal, clock),
+        credentials=CredentialService(db, clock),
         reaper=reaper,
         membridge_client=client,
         membridge=MembridgeService(db, client, config, clock),

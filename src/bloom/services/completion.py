@@ -13,7 +13,7 @@ from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.services.clock import Clock
-from bloom.services.errors import Conflict, NotFound
+from bloom.services.errors import Conflict, Forbidden, NotFound
 from bloom.services.signals import QueueSignal
 from bloom.storage.repositories import Repositories, RuntimeDatabase
 
@@ -101,7 +101,7 @@ class CompletionService:
         if lease is None or lease.task_id != task_id:
             raise NotFound(TASK_OR_LEASE_NOT_FOUND)
         if worker_id is not None and lease.worker_id != worker_id:
-            raise Conflict(
+            raise Forbidden(
                 f"Lease {lease.id} is held by worker '{lease.worker_id}', not '{worker_id}'"
             )
         return task, lease

@@ -9,6 +9,14 @@ class ServiceError(Exception):
         self.message = message
 
 
+class Invalid(ServiceError):
+    """The request cannot be taken as it is (400)."""
+
+
+class Forbidden(ServiceError):
+    """The caller is known but may not do this (403)."""
+
+
 class NotFound(ServiceError):
     """The named thing does not exist (404)."""
 

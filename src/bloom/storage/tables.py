@@ -218,5 +218,22 @@ users = Table(
     metadata,
     Column("id", String, primary_key=True),
     Column("username", Text, nullable=False, unique=True),
-    Column("password", Text, nullable=False),
+    Column("password", Text, nullable=False),  # ours: an scrypt hash, never the password
+    # ours
+    Column("role", Text, nullable=False, server_default="viewer"),
+    Column("created_at", BigInteger, nullable=False, server_default="0"),
+)
+
+# ours: keys made with `bloom key create`, stored as SHA-256 hashes
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("key_hash", String, nullable=False, unique=True),
+    Column("prefix", String, nullable=False),
+    Column("worker_id", String),
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger),
 )

@@ -4,9 +4,12 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from bloom.domain.identity import Identity, Role, open_access
 from bloom.runtime.container import Container
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
+from bloom.services.credentials import CredentialService
+from bloom.services.errors import Forbidden
 from bloom.services.events import EventService
 from bloom.services.leasing import LeaseService
 from bloom.services.records import RecordService
@@ -52,6 +55,29 @@ async def _events(request: Request) -> EventService:
     return app_container(request).events
 
 
+async def _credentials(request: Request) -> CredentialService:
+    return app_container(request).credentials
+
+
+async def _caller(request: Request) -> Identity:
+    identity: Identity | None = getattr(request.state, "identity", None)
+    return identity or open_access(request.client.host if request.client else "")
+
+
+Caller = Annotated[Identity, Depends(_caller)]
+"""Who is calling (resolved by the identity middleware)."""
+
+
+def acting_worker(caller: Identity, named: str | None) -> str | None:
+    """The worker a call acts for: a worker key acts for its own worker only (403 when it names
+    another); other callers act for the worker they name, if any."""
+    if caller.role is not Role.WORKER:
+        return named
+    if named is not None and named != caller.worker_id:
+        raise Forbidden(f"This key acts for worker '{caller.worker_id}', not '{named}'")
+    return caller.worker_id
+
+
 Tasks = Annotated[TaskService, Depends(_tasks)]
 Leases = Annotated[LeaseService, Depends(_leases)]
 Completions = Annotated[CompletionService, Depends(_completion)]
@@ -59,4 +85,5 @@ Workers = Annotated[WorkerService, Depends(_workers)]
 Config = Annotated[ConfigService, Depends(_config)]
 Records = Annotated[RecordService, Depends(_records)]
 Events = Annotated[EventService, Depends(_events)]
+Credentials = Annotated[CredentialService, Depends(_credentials)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -10,10 +10,12 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
+from bloom.domain.identity import Role
 from bloom.domain.models import TaskEvent
-from bloom.runtime.api.deps import Events
+from bloom.runtime.api.deps import Caller, Events, Tasks, acting_worker
 from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
 from bloom.runtime.http import JSON, invalid
+from bloom.services.errors import Forbidden
 from bloom.services.events import End, Keepalive, NewEvent
 
 router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["events"])
@@ -28,11 +30,13 @@ MAX_SEQ = 2**31 - 1
     response_model=EventsAccepted,
     summary="Append live output events (fenced by the lease; numbered 1, 2, 3… per task)",
 )
-async def append_events(task_id: str, body: AppendEventsBody, events: Events) -> JSON:
+async def append_events(
+    task_id: str, body: AppendEventsBody, events: Events, caller: Caller
+) -> JSON:
     appended = await events.append(
         task_id,
         lease_id=body.lease_id,
-        worker_id=body.worker_id,
+        worker_id=acting_worker(caller, body.worker_id),
         events=[NewEvent(event.type, event.data) for event in body.events],
     )
     return JSON(
@@ -51,6 +55,8 @@ async def append_events(task_id: str, body: AppendEventsBody, events: Events) ->
 async def stream_events(
     task_id: str,
     events: Events,
+    tasks: Tasks,
+    caller: Caller,
     after: Annotated[
         int | None,
         Query(ge=0, le=MAX_SEQ, description="Send events after this seq (Last-Event-ID wins)."),
@@ -67,6 +73,8 @@ async def stream_events(
             return invalid("Must be an event id: an integer from 0", "Last-Event-ID")
         start = int(given)
     await events.status(task_id)  # 404 before the stream starts
+    if caller.role is Role.WORKER and (await tasks.get(task_id)).worker_id != caller.worker_id:
+        raise Forbidden("A worker key reads the events of its own tasks only")
     stream = events.follow(task_id, after=start, follow=follow)
     return StreamingResponse(_sse(stream), media_type="text/event-stream", headers=SSE_HEADERS)
 

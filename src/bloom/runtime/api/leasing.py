@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from bloom.domain.models import Completion
-from bloom.runtime.api.deps import Completions, Leases
+from bloom.runtime.api.deps import Caller, Completions, Leases, acting_worker
 from bloom.runtime.api.schemas import (
     CompleteBody,
     CompleteReply,
@@ -35,10 +35,12 @@ async def lease_task(task_id: str, leases: Leases, body: LeaseBody | None = None
     summary="Renew the lease; the reply says whether the task was cancelled",
 )
 async def heartbeat(
-    task_id: str, completions: Completions, body: HeartbeatBody | None = None
+    task_id: str, completions: Completions, caller: Caller, body: HeartbeatBody | None = None
 ) -> JSON:
     body = body or HeartbeatBody()
-    beat = await completions.heartbeat(task_id, lease_id=body.lease_id, worker_id=body.worker_id)
+    beat = await completions.heartbeat(
+        task_id, lease_id=body.lease_id, worker_id=acting_worker(caller, body.worker_id)
+    )
     return JSON(
         HeartbeatReply(
             lease=beat.lease,
@@ -54,7 +56,9 @@ async def heartbeat(
     response_model=CompleteReply,
     summary="Report the attempt's result (atomic; repeating it returns the first outcome)",
 )
-async def complete(task_id: str, body: CompleteBody, completions: Completions) -> JSON:
+async def complete(
+    task_id: str, body: CompleteBody, completions: Completions, caller: Caller
+) -> JSON:
     done = await completions.complete(
         task_id,
         Completion(
@@ -69,7 +73,7 @@ async def complete(task_id: str, body: CompleteBody, completions: Completions) -
             session_id=body.session_id,
         ),
         lease_id=body.lease_id,
-        worker_id=body.worker_id,
+        worker_id=acting_worker(caller, body.worker_id),
     )
     headers = {"Idempotent-Replayed": "true"} if done.replayed else None
     return JSON(

@@ -4,7 +4,7 @@ from dataclasses import fields
 
 from fastapi import APIRouter, Request, Response
 
-from bloom.runtime.api.deps import AppContainer, Workers
+from bloom.runtime.api.deps import AppContainer, Caller, Workers, acting_worker
 from bloom.runtime.api.schemas import (
     ClaimBody,
     ClaimReply,
@@ -37,10 +37,10 @@ async def get_worker(worker_id: str, workers: Workers) -> JSON:
     responses={200: {"description": "An existing worker, updated"}},
     summary="Register a worker (or update one with the same name)",
 )
-async def register_worker(body: RegisterWorkerBody, workers: Workers) -> JSON:
+async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Caller) -> JSON:
     worker, created = await workers.register(
         Registration(
-            name=body.name,
+            name=acting_worker(caller, body.name) or body.name,
             url=body.url,
             status=body.status,
             capabilities=body.capabilities.model_dump() if body.capabilities else None,
@@ -69,8 +69,10 @@ async def claim(
     worker_id: str,
     request: Request,
     container: AppContainer,
+    caller: Caller,
     body: ClaimBody | None = None,
 ) -> Response:
+    acting_worker(caller, worker_id)
     body = body or ClaimBody()
     wait = container.settings.claim_wait_sec if body.wait_seconds is None else body.wait_seconds
     claimed = await container.leases.claim(

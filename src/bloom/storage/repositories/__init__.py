@@ -6,6 +6,7 @@ from sqlalchemy import bindparam, func, select
 
 from bloom.storage.database import Database
 from bloom.storage.executor import Session
+from bloom.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.storage.repositories.events import EventRepository
 from bloom.storage.repositories.leases import LeaseRepository
 from bloom.storage.repositories.records import (
@@ -54,6 +55,14 @@ class Repositories:
     @cached_property
     def events(self) -> EventRepository:
         return EventRepository(self.session)
+
+    @cached_property
+    def api_keys(self) -> ApiKeyRepository:
+        return ApiKeyRepository(self.session)
+
+    @cached_property
+    def users(self) -> UserRepository:
+        return UserRepository(self.session)
 
     @cached_property
     def settings(self) -> SettingsRepository:

@@ -1,0 +1,131 @@
+"""Who may call which route: one explicit rule per route, checked for every request.
+
+A route without a rule is refused to everyone but still served to no one (403), and the
+authorization matrix test fails, so that no route is ever added open by accident. Ownership
+(a worker key acts only for its own worker and leases) is checked by the routes themselves.
+"""
+
+from enum import Enum
+
+from fastapi import HTTPException, Request
+from starlette.applications import Starlette
+
+from bloom.domain.identity import Identity, Kind, Role
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Access(Enum):
+    PUBLIC = frozenset[Role]()
+    """Anyone, without credentials."""
+    READ = frozenset({Role.VIEWER, Role.ADMIN})
+    WORKER = frozenset({Role.WORKER, Role.ADMIN})
+    READ_OR_WORKER = frozenset({Role.VIEWER, Role.WORKER, Role.ADMIN})
+    """Readers, and a worker for what is its own (the route checks which)."""
+    ADMIN = frozenset({Role.ADMIN})
+
+
+RT = "/api/runtime"
+MB = "/api/membridge"
+RULES: dict[tuple[str, str], Access] = {
+    ("GET", "/"): Access.PUBLIC,
+    ("GET", "/api/docs"): Access.PUBLIC,
+    ("GET", "/api/openapi.json"): Access.PUBLIC,
+    ("GET", "/docs/oauth2-redirect"): Access.PUBLIC,
+    ("GET", "/login"): Access.PUBLIC,
+    ("POST", "/login"): Access.PUBLIC,  # checks its own CSRF token
+    ("POST", "/logout"): Access.PUBLIC,  # checks its own CSRF token
+    ("GET", f"{RT}/session"): Access.PUBLIC,
+    ("GET", f"{RT}/health"): Access.PUBLIC,
+    ("POST", f"{RT}/test-connection"): Access.PUBLIC,  # the seed's: public, rate limited
+    ("GET", f"{RT}/config"): Access.READ,
+    ("POST", f"{RT}/config"): Access.ADMIN,
+    ("GET", f"{RT}/workers"): Access.READ,
+    ("POST", f"{RT}/workers"): Access.WORKER,
+    ("GET", f"{RT}/workers/{{worker_id}}"): Access.READ,
+    ("DELETE", f"{RT}/workers/{{worker_id}}"): Access.ADMIN,
+    ("POST", f"{RT}/workers/{{worker_id}}/claim"): Access.WORKER,
+    ("POST", f"{RT}/llm-tasks"): Access.ADMIN,
+    ("GET", f"{RT}/llm-tasks"): Access.READ,
+    ("GET", f"{RT}/llm-tasks/{{task_id}}"): Access.READ,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/cancel"): Access.ADMIN,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/requeue"): Access.ADMIN,
+    ("GET", f"{RT}/runs"): Access.READ,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/lease"): Access.ADMIN,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/heartbeat"): Access.WORKER,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/complete"): Access.WORKER,
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/events"): Access.WORKER,
+    ("GET", f"{RT}/llm-tasks/{{task_id}}/events"): Access.READ_OR_WORKER,
+    ("GET", f"{RT}/leases"): Access.READ,
+    ("GET", f"{RT}/artifacts"): Access.READ,
+    ("GET", f"{RT}/artifacts/{{artifact_id}}"): Access.READ,
+    ("GET", f"{RT}/artifacts/{{artifact_id}}/content"): Access.READ,
+    ("GET", f"{RT}/audit"): Access.READ,
+    ("GET", f"{RT}/stats"): Access.READ,
+    ("GET", f"{MB}/health"): Access.PUBLIC,
+    ("GET", f"{MB}/agents"): Access.READ,
+    ("POST", f"{MB}/agents"): Access.ADMIN,
+    ("DELETE", f"{MB}/agents/{{name}}"): Access.ADMIN,
+    ("GET", f"{MB}/projects"): Access.READ,
+    ("POST", f"{MB}/projects"): Access.ADMIN,
+    ("DELETE", f"{MB}/projects/{{name}}"): Access.ADMIN,
+    ("GET", f"{MB}/projects/{{cid}}/nodes"): Access.READ,
+    ("GET", f"{MB}/projects/{{cid}}/leadership"): Access.READ,
+    ("POST", f"{MB}/projects/{{cid}}/leadership/select"): Access.ADMIN,
+    ("GET", f"{MB}/jobs"): Access.READ,
+    ("GET", f"{MB}/jobs/{{job_id}}"): Access.READ,
+}
+
+
+def rule_for(method: str, path_format: str) -> Access | None:
+    return RULES.get(("GET" if method == "HEAD" else method, path_format))
+
+
+async def authorize(request: Request) -> None:
+    """A dependency of every route: the caller's identity against the route's rule.
+
+    401 for no (valid) credentials, 403 for a role the rule does not admit, for a browser
+    session's state-changing request without its CSRF token, and for a route without a rule.
+    """
+    route = request.scope.get("route")
+    access = rule_for(request.method, getattr(route, "path_format", request.url.path))
+    if access is None:
+        raise HTTPException(403, "Forbidden: no access rule for this route")
+    if access is Access.PUBLIC:
+        return
+    identity: Identity | None = getattr(request.state, "identity", None)
+    if identity is None or identity.role is None:
+        raise HTTPException(401, "Unauthorized")
+    if (
+        identity.kind is Kind.USER
+        and request.method not in SAFE_METHODS
+        and not getattr(request.state, "csrf_ok", False)
+    ):
+        raise HTTPException(403, "Forbidden: CSRF token missing or wrong")
+    if identity.role not in access.value:
+        raise HTTPException(403, f"Forbidden: a {identity.role} may not do this")
+
+
+def unknown_route_refused(request: Request) -> bool:
+    """Whether a request for a path no route serves gets 401 rather than 404: under `/api`,
+    without credentials, as in the seed (the paths that exist are not given away)."""
+    identity: Identity | None = getattr(request.state, "identity", None)
+    anonymous = identity is None or identity.role is None
+    return anonymous and "route" not in request.scope and request.url.path.startswith("/api/")
+
+
+def route_table(app: Starlette) -> list[tuple[str, str]]:
+    """Every (method, path) the app serves, as its router sees it, HEAD aside."""
+    found: set[tuple[str, str]] = set()
+    for route in app.routes:
+        # FastAPI ≥ 0.16x keeps included routers as branches that list their effective routes.
+        contexts = (
+            route.effective_route_contexts()
+            if hasattr(route, "effective_route_contexts")
+            else [route]
+        )
+        for context in contexts:
+            methods = getattr(context, "methods", None) or ()
+            path = getattr(context, "path_format", None)
+            found.update((method, path) for method in methods if path and method != "HEAD")
+    return sorted(found)
