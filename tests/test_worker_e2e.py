@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.db import DatabaseProbe
@@ -210,3 +211,27 @@ def test_sigterm_drains_the_running_task_then_exits(stack: Stack) -> None:
     untouched = stack.submit("nobody takes this")
     time.sleep(1)
     assert stack.task(untouched)["status"] == "queued"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_workers_use_keys_of_their_own_on_a_protected_runtime(
+    database_url: str, tmp_path: Path, claude: Path, probe: DatabaseProbe
+) -> None:
+    stack = Stack(database_url, tmp_path, claude, admin_key="admin-key-for-the-e2e-run")
+    try:
+        stack.start()
+        for name in ("w1", "w2"):
+            stack.add_worker(name)
+        ids = [stack.submit(f"protected {i}") for i in range(4)]
+        for task_id in ids:
+            assert stack.wait(task_id)["status"] == "completed", stack.logs()[-3000:]
+        assert {r["worker_id"] for r in probe.results()} <= {"w1", "w2"}
+        worker_key = stack.workers["w1"].env["BLOOM_WORKER_API_KEY"]
+        as_worker = httpx.get(
+            f"{stack.runtime.url}/api/runtime/llm-tasks", headers={"X-Runtime-API-Key": worker_key}
+        )
+        assert as_worker.status_code == 403
+        anonymous = httpx.get(f"{stack.runtime.url}/api/runtime/llm-tasks")
+        assert anonymous.status_code == 401
+    finally:
+        stack.close()

@@ -1,6 +1,9 @@
 """The whole system as real processes for end-to-end tests: the echo model, Membridge, the
 runtime and workers running the real Claude CLI, with the runtime's HTTP API at hand."""
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +19,19 @@ TERMINAL = {"completed", "failed", "dead", "cancelled"}
 
 
 class Stack:
-    """Membridge, runtime, echo model and workers, with the runtime's HTTP API at hand."""
+    """Membridge, runtime, echo model and workers, with the runtime's HTTP API at hand.
 
-    def __init__(self, database_url: str, data_dir: Path, claude: Path):
+    With `admin_key` the runtime requires keys: the stack's client uses the admin key and each
+    worker gets a worker key of its own, made with `bloom key create`."""
+
+    def __init__(
+        self, database_url: str, data_dir: Path, claude: Path, admin_key: str | None = None
+    ):
         self.data_dir = data_dir
         self.claude = claude
+        self.database_url = database_url
+        self.admin_key = admin_key
+        secured = {"RUNTIME_API_KEY": admin_key} if admin_key else {}
         self.model = EchoModelProcess(data_dir)
         self.membridge = MembridgeProcess(data_dir)
         self.runtime = RuntimeProcess(
@@ -31,16 +42,48 @@ class Stack:
             BLOOM_REAPER_INTERVAL_SEC="0.5",
             BLOOM_RETRY_BASE_SEC="0.5",
             BLOOM_WORKER_SYNC_SEC="1",
+            **secured,
         )
         self.workers: dict[str, WorkerProcess] = {}
-        self.http = httpx.Client(base_url=self.runtime.url + "/api/runtime", timeout=30)
+        self.headers = {"X-Runtime-API-Key": admin_key} if admin_key else {}
+        self.http = httpx.Client(
+            base_url=self.runtime.url + "/api/runtime", timeout=30, headers=self.headers
+        )
 
     def start(self) -> None:
         self.model.start()
         self.membridge.start()
         self.runtime.start()
 
+    def worker_key(self, name: str) -> str:
+        """A worker key for `name`, made as an operator would."""
+        made = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bloom.cli.main",
+                "key",
+                "create",
+                "--role",
+                "worker",
+                "--worker",
+                name,
+            ],
+            env={
+                **os.environ,
+                "DATABASE_URL": self.database_url,
+                "BLOOM_DATA_DIR": str(self.data_dir),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return made.stdout.strip()
+
     def add_worker(self, name: str, **env: str) -> WorkerProcess:
+        if self.admin_key:
+            env = {"BLOOM_WORKER_API_KEY": self.worker_key(name), **env}
         worker = WorkerProcess(
             name,
             self.data_dir,
