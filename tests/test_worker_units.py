@@ -10,6 +10,7 @@ import pytest
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
 from bloom.echo_model import Script
+from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
 from bloom.worker.outcome import Outcome, RunReport, classify_error, decide, json_output
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
@@ -269,3 +270,18 @@ async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:
         run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant)
         await run._report(Outcome(True, output="x", metrics={"duration_ms": 5}))
     assert calls == 1
+
+
+async def test_a_worker_whose_key_is_refused_stops_at_once(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(403, json={"error": "This key acts for worker 'w2', not 'w1'"})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path)
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        worker = Worker(settings, client)
+        await worker.run()
+    assert worker.refused
+    assert calls == ["/api/runtime/workers"]

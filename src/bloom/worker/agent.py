@@ -40,6 +40,8 @@ class Worker:
         self.sessions = SessionBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
         self.stopping = asyncio.Event()
+        self.refused = False
+        """The runtime refused this worker's key."""
         self.membridge = (
             MembridgeClient(self._membridge_credentials, system_clock, retries=0, timeout_sec=10.0)
             if settings.membridge_url
@@ -89,16 +91,25 @@ class Worker:
         log.info("worker_stopped")
 
     async def _register(self) -> None:
-        """Register with the runtime, retrying until it answers (or the worker is stopped)."""
+        """Register with the runtime, retrying until it answers (or the worker is stopped). A
+        refused key stops the worker: retrying cannot help."""
         attempt = 0
         while not self.stopping.is_set():
             try:
                 await self.client.register_worker(self.registration())
                 return
-            except (RuntimeUnreachable, RuntimeApiError) as exc:
-                attempt += 1
-                log.warning("register_failed", error=str(exc), attempt=attempt)
-                await self._sleep(min(0.5 * 2**attempt, RETRY_MAX_SEC))
+            except RuntimeApiError as exc:
+                if exc.status in (401, 403):
+                    log.error("register_refused", error=exc.message, worker=self.settings.name)
+                    self.refused = True
+                    self.stop()
+                    return
+                error = exc.message
+            except RuntimeUnreachable as exc:
+                error = str(exc)
+            attempt += 1
+            log.warning("register_failed", error=error, attempt=attempt)
+            await self._sleep(min(0.5 * 2**attempt, RETRY_MAX_SEC))
 
     async def _presence(self) -> None:
         """Register again now and then: keeps the worker online while every slot is busy, and

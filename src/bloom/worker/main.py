@@ -37,4 +37,4 @@ async def _serve(settings: WorkerSettings) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
         await worker.run()
-    return 0
+    return 2 if worker.refused else 0

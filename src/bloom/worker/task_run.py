@@ -34,6 +34,8 @@ MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
 NO_SESSION = "No conversation found"
 USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
+FENCED = frozenset({403, 404, 409})
+"""Answers that mean the lease is not (or no longer) this worker's."""
 
 
 class LeaseLost(Exception):
@@ -83,7 +85,7 @@ class EventOutbox:
             except RuntimeUnreachable:
                 return  # kept; the next flush tries again
             except RuntimeApiError as exc:
-                if exc.status in (404, 409):
+                if exc.status in FENCED:
                     raise LeaseLost(exc.message) from None
                 log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
             del self.pending[: len(batch)]
@@ -243,7 +245,7 @@ class TaskRun:
             self.log.warning("heartbeat_unreachable", error=str(exc))
             return {}
         except RuntimeApiError as exc:
-            if exc.status in (404, 409):
+            if exc.status in FENCED:
                 raise LeaseLost(exc.message) from None
             self.log.warning("heartbeat_rejected", error=exc.message)
             return {}
