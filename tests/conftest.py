@@ -94,6 +94,7 @@ def make_settings(database_url: str, data_dir: Path, **overrides: object) -> Run
         # Nothing listens there: a test that wants Membridge starts one and says so.
         "membridge_server_url": NO_MEMBRIDGE,
         "membridge_retries": 0,
+        "rate_limit_enabled": False,  # tests of the limits turn them on
     }
     return RuntimeSettings(**(values | overrides))  # type: ignore[arg-type]
 

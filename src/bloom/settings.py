@@ -14,11 +14,20 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from bloom.client_address import Network, parse_networks
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+RATE_LIMIT_STORAGES = ("memory", "redis", "rediss", "redis+unix")
 S = TypeVar("S", bound="ServiceSettings")
 
 
 def _env(name: str, *seed_names: str) -> AliasChoices:
     return AliasChoices(f"BLOOM_{name}", *seed_names)
+
+
+def check_rate_limit_storage(url: str) -> str:
+    """`memory://` or a Redis URL (`limits`' `async+` forms accepted too)."""
+    scheme, separator, _ = url.partition("://")
+    if not separator or scheme.lower().removeprefix("async+") not in RATE_LIMIT_STORAGES:
+        raise ValueError("must be memory:// or a redis://, rediss:// or redis+unix:// URL")
+    return url
 
 
 class ServiceSettings(BaseSettings):
@@ -114,6 +123,39 @@ class RuntimeSettings(ServiceSettings):
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = Field(
         "NORMAL", validation_alias=_env("SQLITE_SYNCHRONOUS")
     )
+
+    rate_limit_enabled: bool = Field(True, validation_alias=_env("RATE_LIMIT_ENABLED"))
+    rate_limit_api: int = Field(
+        100,
+        ge=1,
+        validation_alias=_env("RATE_LIMIT_API"),
+        description="Requests per minute per identity to /api/runtime/* and /api/membridge/*.",
+    )
+    rate_limit_test_connection: int = Field(
+        20,
+        ge=1,
+        validation_alias=_env("RATE_LIMIT_TEST_CONNECTION"),
+        description="POST /api/runtime/test-connection per minute, on top of the API budget.",
+    )
+    rate_limit_worker: int = Field(
+        3000,
+        ge=1,
+        validation_alias=_env("RATE_LIMIT_WORKER"),
+        description="Worker traffic per minute per identity, instead of the API budget.",
+    )
+    rate_limit_storage: str = Field(
+        "memory://",
+        validation_alias=_env("RATE_LIMIT_STORAGE"),
+        description="memory:// (per process) or redis://… (shared by every process using it).",
+    )
+    rate_limit_key_prefix: str = Field(
+        "bloom-runtime", min_length=1, validation_alias=_env("RATE_LIMIT_KEY_PREFIX")
+    )
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        return check_rate_limit_storage(value)
 
     @property
     def api_key_value(self) -> str:

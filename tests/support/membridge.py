@@ -29,7 +29,9 @@ def membridge_env(data_dir: Path, **env: str) -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.startswith(MEMBRIDGE_ENV_PREFIXES) and key not in INHERITED_BLOOM
     }
-    return {**base, "BLOOM_DATA_DIR": str(data_dir), "COLUMNS": "200", **env}
+    quiet = {"BLOOM_DATA_DIR": str(data_dir), "COLUMNS": "200"}
+    # Tests of the rate limits turn them on.
+    return {**base, **quiet, "BLOOM_MEMBRIDGE_RATE_LIMIT_ENABLED": "false", **env}
 
 
 class MembridgeProcess(ServerProcess):
@@ -118,5 +120,6 @@ def membridge_settings(database_url: str, data_dir: Path, **overrides: object) -
         "admin_key": None,
         "dev": True,
         "access_log": False,
+        "rate_limit_enabled": False,
     }
     return MembridgeSettings(**(values | overrides))  # type: ignore[arg-type]

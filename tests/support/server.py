@@ -33,6 +33,7 @@ class RuntimeProcess(ServerProcess):
             "BLOOM_ACCESS_LOG": "false",
             "BLOOM_MEMBRIDGE_URL": self.membridge_url,
             "BLOOM_MEMBRIDGE_RETRIES": "0",
+            "BLOOM_RATE_LIMIT_ENABLED": "false",  # tests of the limits turn them on
             **self.extra_env,
         }
         if "RUNTIME_API_KEY" not in self.extra_env:

@@ -11,7 +11,9 @@ from bloom.membridge.api import agents, fleet, jobs, projects, system
 from bloom.membridge.auth import AdminKeyMiddleware
 from bloom.membridge.container import build_container
 from bloom.membridge.http import UnexpectedErrorMiddleware, install_error_handlers
+from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
+from bloom.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.request_log import RequestLogMiddleware
 from bloom.services.clock import Clock, system_clock
 
@@ -58,5 +60,15 @@ def create_app(
     app.add_middleware(UnexpectedErrorMiddleware)
     if not settings.auth_disabled:
         app.add_middleware(AdminKeyMiddleware, admin_key=settings.admin_key_value)
+    if settings.rate_limit_enabled:  # before the key check: refused callers are counted too
+        limiter = RateLimiter.from_url(
+            settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
+        )
+        app.add_middleware(
+            RateLimitMiddleware,
+            limiter=limiter,
+            policy=membridge_policy(settings),
+            error_key="detail",
+        )
     app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
     return app

@@ -8,9 +8,9 @@ values count as unset.
 
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 
-from bloom.settings import ServiceSettings, SettingsError, load_settings
+from bloom.settings import ServiceSettings, SettingsError, check_rate_limit_storage, load_settings
 
 DEFAULT_DATABASE_NAME = "membridge.db"
 
@@ -46,6 +46,36 @@ class MembridgeSettings(ServiceSettings):
     db_pool_size: int = Field(
         5, ge=1, le=100, validation_alias=_env("BLOOM_MEMBRIDGE_DB_POOL_SIZE")
     )
+    rate_limit_enabled: bool = Field(
+        True, validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_ENABLED")
+    )
+    rate_limit_admin: int = Field(
+        3000,
+        ge=1,
+        validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_ADMIN"),
+        description="Requests per minute with a valid admin key, all key holders together.",
+    )
+    rate_limit_api: int = Field(
+        100,
+        ge=1,
+        validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_API"),
+        description="Requests per minute per client address without a valid admin key.",
+    )
+    rate_limit_storage: str = Field(
+        "memory://",
+        validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_STORAGE"),
+        description="memory:// (per process) or redis://… (shared by every process using it).",
+    )
+    rate_limit_key_prefix: str = Field(
+        "bloom-membridge",
+        min_length=1,
+        validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_KEY_PREFIX"),
+    )
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        return check_rate_limit_storage(value)
 
     @property
     def admin_key_value(self) -> str:

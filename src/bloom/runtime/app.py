@@ -7,12 +7,14 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
+from bloom.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.request_log import RequestLogMiddleware
 from bloom.runtime.api import events, leasing, membridge, records, system, tasks, workers
 from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers
 from bloom.runtime.loops import LoopRunner
+from bloom.runtime.rate_limits import runtime_policy
 from bloom.services.clock import Clock, system_clock
 from bloom.settings import RuntimeSettings
 
@@ -59,6 +61,11 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         return HTMLResponse(INDEX)
 
     install_error_handlers(app)
+    if settings.rate_limit_enabled:  # added first: runs after the identity is known
+        limiter = RateLimiter.from_url(
+            settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
+        )
+        app.add_middleware(RateLimitMiddleware, limiter=limiter, policy=runtime_policy(settings))
     if settings.api_key_value:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
     app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
