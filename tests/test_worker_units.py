@@ -285,3 +285,15 @@ async def test_a_worker_whose_key_is_refused_stops_at_once(tmp_path: Path) -> No
         await worker.run()
     assert worker.refused
     assert calls == ["/api/runtime/workers"]
+
+
+async def test_the_client_waits_out_a_rate_limit() -> None:
+    replies = iter(
+        [
+            httpx.Response(429, headers={"Retry-After": "0.1"}, json={"error": "Too many"}),
+            httpx.Response(200, json=[]),
+        ]
+    )
+    transport = httpx.MockTransport(lambda request: next(replies))
+    async with RuntimeClient("http://runtime", transport=transport) as client:
+        assert await client.list_workers() == []

@@ -1,10 +1,12 @@
 """A typed client for the runtime's HTTP API, shared by the worker and the `bloom` CLI.
 
-Calls raise `RuntimeApiError` for an error reply (with the runtime's message, never a stack
-trace) and `RuntimeUnreachable` when the runtime cannot be reached. The API key travels in the
+A 429 is waited out (as long as its `Retry-After` says) and retried a few times. Calls raise
+`RuntimeApiError` for an error reply (with the runtime's message, never a stack trace) and
+`RuntimeUnreachable` when the runtime cannot be reached. The API key travels in the
 `X-Runtime-API-Key` header and nowhere else.
 """
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -14,6 +16,17 @@ import httpx
 
 API_KEY_HEADER = "X-Runtime-API-Key"
 TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
+RATE_LIMIT_RETRIES = 3
+"""A 429 is waited out (as its Retry-After says) this many times before it is an error."""
+MAX_RETRY_AFTER_SEC = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """The wait a 429 asks for (`Retry-After`, seconds), within bounds."""
+    try:
+        return min(max(float(response.headers.get("retry-after", "1")), 0.1), MAX_RETRY_AFTER_SEC)
+    except ValueError:
+        return 1.0
 
 
 class RuntimeUnreachable(Exception):
@@ -90,12 +103,16 @@ class RuntimeClient:
         timeout_sec: float | None = None,
     ) -> httpx.Response:
         extra: dict[str, Any] = {} if timeout_sec is None else {"timeout": timeout_sec}
-        try:
-            response = await self._http.request(
-                method, f"/api/runtime{path}", json=body, params=params, **extra
-            )
-        except httpx.HTTPError as exc:
-            raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                response = await self._http.request(
+                    method, f"/api/runtime{path}", json=body, params=params, **extra
+                )
+            except httpx.HTTPError as exc:
+                raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
+            if response.status_code != 429 or attempt == RATE_LIMIT_RETRIES:
+                break
+            await asyncio.sleep(_retry_after(response))
         if response.status_code >= 400:
             raise RuntimeApiError(response.status_code, _message(response))
         return response
