@@ -97,6 +97,15 @@ WRONG_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("create", {"priority": 5000}, "priority"),
     ("create", {"idempotency_key": ""}, "idempotency_key"),
     ("create", {"idempotency_key": 5}, "idempotency_key"),
+    # sizes: every string and list is bounded, and no string holds a NUL character
+    ("create", {"prompt": "x" * 200_001}, "prompt"),
+    ("create", {"prompt": "say \x00 hello"}, "prompt"),
+    ("create", {"context_id": "c" * 201}, "context_id"),
+    ("create", {"agent_slug": "a" * 201}, "agent_slug"),
+    ("create", {"context_hints": ["h"] * 101}, "context_hints"),
+    ("create", {"context_hints": ["h" * 1001]}, "context_hints"),
+    ("create", {"context_hints": ["a\x00b"]}, "context_hints"),
+    ("create", {"policy": {"budget": 1e13}}, "policy"),
     # lease
     ("lease", {"worker_id": 5}, "worker_id"),
     ("lease", {"worker_id": ""}, "worker_id"),
@@ -127,6 +136,18 @@ WRONG_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("complete", {"retry_at": "soon"}, "retry_at"),
     ("complete", {"lease_id": 5}, "lease_id"),
     ("complete", {"worker_id": ""}, "worker_id"),
+    ("complete", {"output": "x" * (4 * 1024 * 1024 + 1)}, "output"),
+    (
+        "complete",
+        {"status": "error", "error_message": "e" * (4 * 1024 * 1024 + 1)},
+        "error_message",
+    ),
+    ("complete", {"output": "\x00"}, "output"),
+    ("complete", {"artifact_tags": ["t"] * 65}, "artifact_tags"),
+    ("complete", {"artifact_type": "t" * 129}, "artifact_type"),
+    ("complete", {"session_id": "s" * 201}, "session_id"),
+    ("complete", {"retry_at": 2**63}, "retry_at"),
+    ("complete", {"metrics": {"duration_ms": 2**63}}, "metrics"),
     # register (seed registerWorkerSchema; names safe in URLs)
     ("register", {"name": 5}, "name"),
     ("register", {"name": ""}, "name"),
@@ -142,6 +163,10 @@ WRONG_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("register", {"capabilities": "all"}, "capabilities"),
     ("register", {"ip_addrs": "10.0.0.1"}, "ip_addrs"),
     ("register", {"ip_addrs": [1]}, "ip_addrs"),
+    ("register", {"ip_addrs": ["10.0.0.1"] * 65}, "ip_addrs"),
+    ("register", {"capabilities": {"labels": ["l" * 129]}}, "capabilities"),
+    ("register", {"capabilities": {"labels": ["l"] * 65}}, "capabilities"),
+    ("register", {"os_info": "o" * 513}, "os_info"),
     # claim
     ("claim", {"wait_seconds": "1"}, "wait_seconds"),
     ("claim", {"wait_seconds": -1}, "wait_seconds"),
@@ -193,12 +218,6 @@ async def test_nested_messages_say_which_inner_field_is_wrong(
         ("register", {}, ["name"]),
         ("register", {"status": "online", "capabilities": {}}, ["name"]),
         ("config", {}, ["membridge_server_url", "admin_key"]),
-        # the seed's docs show `membridge_admin_key`, which the seed itself refuses
-        (
-            "config",
-            {"membridge_server_url": "http://m:8000", "membridge_admin_key": "k"},
-            ["admin_key"],
-        ),
     ],
 )
 async def test_missing_required_fields_are_named(
@@ -292,40 +311,77 @@ async def test_invalid_bodies_change_nothing(client: httpx.AsyncClient, world: W
     assert after == before
 
 
-async def test_unknown_keys_are_dropped_not_rejected(
+async def test_unknown_keys_are_refused_naming_them(
     client: httpx.AsyncClient, world: World
 ) -> None:
-    """As zod did: extra keys (the docs' `priority` typo'd, agent metadata, anything) are
-    ignored, and never echoed back."""
-    created = await client.post(
-        url(world, "create"), json=TASK | {"job_id": "j-1", "colour": "blue", "policy": {"x": 1}}
+    """Unlike zod, which dropped them: an unknown key (a typo, the docs' `membridge_admin_key`)
+    is a 400 naming it, as a form error at the top level and under its field when nested, and
+    nothing changes."""
+    before = (await client.get(f"{API}/llm-tasks")).json()
+    created = await client.post(url(world, "create"), json=TASK | {"colour": "blue"})
+    assert created.json() == {
+        "error": {"formErrors": ["Unrecognized key: 'colour'"], "fieldErrors": {}}
+    }
+    nested = await client.post(url(world, "create"), json=TASK | {"policy": {"x": 1}})
+    assert nested.json() == {
+        "error": {"formErrors": [], "fieldErrors": {"policy": ["Unrecognized key: 'x'"]}}
+    }
+    registered = await client.post(
+        url(world, "register"), json={"name": "w-extra", "capabilities": {"gpu": True}}
     )
-    assert created.status_code == 201, created.text
-    assert "colour" not in created.json()
-    assert "job_id" not in created.json()
-    assert created.json()["policy"] == {"timeout_sec": 120, "budget": 0}
+    assert registered.json()["error"]["fieldErrors"] == {
+        "capabilities": ["Unrecognized key: 'gpu'"]
+    }
+    # the seed's docs show `membridge_admin_key`, which the seed itself refused too
+    configured = await client.post(
+        url(world, "config"),
+        json={"membridge_server_url": "http://m:8000", "membridge_admin_key": "k"},
+    )
+    assert configured.json() == {
+        "error": {
+            "formErrors": ["Unrecognized key: 'membridge_admin_key'"],
+            "fieldErrors": {"admin_key": ["Required"]},
+        }
+    }
+    for route, extra in [("heartbeat", {}), ("complete", COMPLETE), ("lease", {})]:
+        response = await client.post(url(world, route), json=extra | {"colour": "blue"})
+        assert response.status_code == 400, (route, response.text)
+        assert response.json()["error"]["formErrors"] == ["Unrecognized key: 'colour'"]
+    assert (await client.get(f"{API}/llm-tasks")).json() == before
 
+
+async def test_every_documented_field_is_accepted(client: httpx.AsyncClient, world: World) -> None:
+    """What the seed's clients send passes the strict models: the reference agent's and the
+    install script's registration (agent metadata), the docs' `priority`, the agent's complete
+    (`tokens_used: null`)."""
     registered = await client.post(
         url(world, "register"),
-        json={"name": "w-extra", "colour": "blue", "capabilities": {"gpu": True}},
+        json={
+            "name": "node-1",
+            "url": "http://10.0.0.5:8001",
+            "status": "online",
+            "capabilities": {"claude_cli": True, "max_concurrency": 2, "labels": ["systemd"]},
+            "ip_addrs": ["10.0.0.5"],
+            "agent_version": "0.4.0",
+            "os_info": "Debian GNU/Linux 12",
+            "install_method": "script",
+        },
     )
     assert registered.status_code == 201, registered.text
-    assert "colour" not in registered.json()
-    assert registered.json()["capabilities"] == {
-        "claude_cli": True,
-        "max_concurrency": 1,
-        "labels": [],
-    }
-
-    configured = await client.post(url(world, "config"), json=CONFIG | {"colour": "blue"})
-    assert configured.status_code == 200, configured.text
-    assert "colour" not in configured.json()
-
-    beat = await client.post(url(world, "heartbeat"), json={"colour": "blue"})
+    created = await client.post(url(world, "create"), json=TASK | {"priority": 5})
+    assert created.status_code == 201, created.text
+    beat = await client.post(url(world, "heartbeat"), json={})
     assert beat.status_code == 200, beat.text
-    done = await client.post(url(world, "complete"), json=COMPLETE | {"colour": "blue"})
+    done = await client.post(
+        url(world, "complete"),
+        json={
+            "status": "success",
+            "output": "done",
+            "error_message": None,
+            "metrics": {"duration_ms": 5, "tokens_used": None},
+        },
+    )
     assert done.status_code == 200, done.text
-    assert done.json()["task"]["status"] == "completed"
 
 
 async def test_optional_bodies_may_be_empty_or_absent(
@@ -380,6 +436,9 @@ async def test_idempotency_key_header_and_body_must_agree(client: httpx.AsyncCli
         ("/llm-tasks?limit=-1", "limit"),
         ("/llm-tasks?limit=ten", "limit"),
         ("/llm-tasks?offset=-1", "offset"),
+        ("/llm-tasks?offset=1000000001", "offset"),
+        ("/artifacts?task_id=a%00b", "task_id"),
+        ("/audit?task_id=%00", "task_id"),
         ("/leases?status=bogus", "status"),
         ("/leases?limit=0", "limit"),
         ("/artifacts?limit=0", "limit"),
@@ -486,3 +545,25 @@ async def test_the_base_bodies_are_valid(client: httpx.AsyncClient, world: World
     for route, statuses in expected.items():
         response = await client.post(url(world, route), json=body(route, {}))
         assert response.status_code in statuses, (route, response.text)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/llm-tasks/a%00b"),
+        ("POST", "/llm-tasks/%00/cancel"),
+        ("GET", "/workers/w%0A1"),
+        ("DELETE", "/workers/%7F"),
+        ("GET", "/artifacts/%00/content"),
+        ("GET", "/llm-tasks/" + "x" * 5000),
+    ],
+)
+async def test_malformed_ids_are_404_json(
+    client: httpx.AsyncClient, method: str, path: str
+) -> None:
+    """An id with a control character (which no database stores) or of any length names
+    nothing: 404 JSON, never a 500."""
+    response = await client.request(method, f"{API}{path}")
+    assert response.status_code == 404, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert "error" in response.json()

@@ -16,7 +16,14 @@ from bloom.worker.outcome import Outcome, RunReport, classify_error, decide, jso
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
-from bloom.worker.task_run import Pause, TaskRun
+from bloom.worker.task_run import (
+    MAX_BATCH,
+    MAX_BATCH_BYTES,
+    Pause,
+    TaskRun,
+    _batch,
+    _bounded,
+)
 
 
 def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
@@ -297,3 +304,15 @@ async def test_the_client_waits_out_a_rate_limit() -> None:
     transport = httpx.MockTransport(lambda request: next(replies))
     async with RuntimeClient("http://runtime", transport=transport) as client:
         assert await client.list_workers() == []
+
+
+def test_event_batches_stay_well_under_the_runtimes_body_limit() -> None:
+    """Big events go in several posts (about 1 MiB each), never one the runtime refuses (413)."""
+    big = [_bounded("assistant", {"text": "x" * 50_000}) for _ in range(200)]
+    first = _batch(big)
+    assert 1 <= len(first) < len(big)
+    assert len(json.dumps(first)) <= MAX_BATCH_BYTES
+    small = [_bounded("assistant", {"n": i}) for i in range(MAX_BATCH + 10)]
+    assert len(_batch(small)) == MAX_BATCH
+    huge = [_bounded("assistant", "y" * 2_000_000)]  # a single one always goes (as a preview)
+    assert _batch(huge) == huge

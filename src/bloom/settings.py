@@ -5,6 +5,7 @@ Our own names carry the `BLOOM_` prefix; the seed deployment's names (`DATABASE_
 aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOOM_` name wins.
 """
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -58,7 +59,40 @@ class ServiceSettings(BaseSettings):
         return parse_networks(value)
 
 
-class RuntimeSettings(ServiceSettings):
+class ServerSettings(ServiceSettings):
+    """What both HTTP servers (runtime and Membridge) read alike: request and exposure limits."""
+
+    max_body_bytes: int = Field(
+        5 * 1024 * 1024,
+        ge=1024,
+        le=1024**3,
+        validation_alias=_env("MAX_BODY_BYTES"),
+        description="A larger request body is refused with 413, unread.",
+    )
+    insecure: bool = Field(
+        False,
+        validation_alias=_env("INSECURE"),
+        description="Allow serving beyond loopback without an admin key (`--insecure`).",
+    )
+    https_redirect: bool = Field(
+        False,
+        validation_alias=_env("HTTPS_REDIRECT"),
+        description="301 to https:// for requests a proxy marks `X-Forwarded-Proto: http`.",
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost; anything else (0.0.0.0, a name, an address) is not."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return bool(address.is_loopback)
+
+
+class RuntimeSettings(ServerSettings):
     """Everything `bloom runtime serve` reads from its environment."""
 
     data_dir: Path = Field(Path(".bloom"), validation_alias=_env("DATA_DIR"))
@@ -165,6 +199,25 @@ class RuntimeSettings(ServiceSettings):
     @property
     def resolved_artifact_dir(self) -> Path:
         return self.artifact_dir or self.data_dir / "artifacts"
+
+    @property
+    def open_to_network(self) -> bool:
+        """No API key, and listening beyond this machine: anyone who reaches it may do anything."""
+        return not self.api_key_value and not is_loopback(self.host)
+
+    @property
+    def serving_insecure(self) -> bool:
+        """Open to the network because `--insecure` said so (health says it, too)."""
+        return self.open_to_network and self.insecure
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond loopback without an API key, unless `--insecure`."""
+        if self.open_to_network and not self.insecure:
+            raise SettingsError(
+                f"refusing to listen on {self.host} without an API key: set RUNTIME_API_KEY "
+                "(or BLOOM_API_KEY), listen on 127.0.0.1, or pass --insecure "
+                "(BLOOM_INSECURE=true) to serve every endpoint to anyone who can reach it"
+            )
 
 
 class SettingsError(ValueError):

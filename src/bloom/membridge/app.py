@@ -6,11 +6,16 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI
 
+from bloom.http_guards import install_http_guards
 from bloom.membridge import API_VERSION
 from bloom.membridge.api import agents, fleet, jobs, projects, system
 from bloom.membridge.auth import AdminKeyMiddleware
 from bloom.membridge.container import build_container
-from bloom.membridge.http import UnexpectedErrorMiddleware, install_error_handlers
+from bloom.membridge.http import (
+    UnexpectedErrorMiddleware,
+    install_error_handlers,
+    invalid_query,
+)
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
 from bloom.rate_limit import RateLimiter, RateLimitMiddleware
@@ -70,5 +75,14 @@ def create_app(
             policy=membridge_policy(settings),
             error_key="detail",
         )
+    install_http_guards(
+        app,
+        settings,
+        too_large=b'{"detail":"Request body too large"}',
+        not_found=b'{"detail":"Not Found"}',
+        bad_query=invalid_query,
+        docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
+        redirect_exempt={"/health"},
+    )
     app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
     return app

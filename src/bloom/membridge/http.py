@@ -5,6 +5,8 @@ Validation failures keep FastAPI's 422 `{"detail": [...]}`; unknown paths answer
 unexpected is logged and answers 500 `{"detail": "Internal server error"}`.
 """
 
+import json
+
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -15,10 +17,17 @@ from bloom.services.errors import Conflict, NotFound, ServiceError
 log = structlog.get_logger("bloom.membridge")
 
 SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409}
+NUL_MESSAGE = "Must not contain NUL characters"
 
 
 def detail(status: int, message: str) -> JSONResponse:
     return JSONResponse({"detail": message}, status_code=status)
+
+
+def invalid_query(name: str) -> tuple[int, bytes]:
+    """A query parameter no database could store (a NUL character), as FastAPI's 422."""
+    problem = {"type": "value_error", "loc": ["query", name], "msg": NUL_MESSAGE, "input": None}
+    return 422, json.dumps({"detail": [problem]}).encode()
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
-from bloom.settings import ServiceSettings, SettingsError, check_rate_limit_storage, load_settings
+from bloom.settings import (
+    ServerSettings,
+    SettingsError,
+    check_rate_limit_storage,
+    is_loopback,
+    load_settings,
+)
 
 DEFAULT_DATABASE_NAME = "membridge.db"
 
@@ -19,8 +25,9 @@ def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class MembridgeSettings(ServiceSettings):
-    """Everything `bloom membridge serve` reads from its environment (logging: the base's)."""
+class MembridgeSettings(ServerSettings):
+    """Everything `bloom membridge serve` reads from its environment (logging, body limit and
+    exposure: the base's)."""
 
     admin_key: SecretStr | None = Field(
         None,
@@ -87,12 +94,28 @@ class MembridgeSettings(ServiceSettings):
         """No key, and dev mode says that is fine: every endpoint is open."""
         return not self.admin_key_value and self.dev
 
+    @property
+    def open_to_network(self) -> bool:
+        """Auth disabled, and listening beyond this machine."""
+        return self.auth_disabled and not is_loopback(self.host)
+
+    @property
+    def serving_insecure(self) -> bool:
+        return self.open_to_network and self.insecure
+
     def check_auth(self) -> None:
-        """Refuse to serve without a key unless dev mode allows it (never a 500 per request)."""
+        """Refuse to serve without a key unless dev mode allows it (never a 500 per request), and
+        without a key beyond loopback unless `--insecure` says so too."""
         if not self.admin_key_value and not self.dev:
             raise SettingsError(
                 "no admin key: set MEMBRIDGE_ADMIN_KEY (or BLOOM_MEMBRIDGE_ADMIN_KEY), "
                 "or MEMBRIDGE_DEV=1 to serve without auth (development only)"
+            )
+        if self.open_to_network and not self.insecure:
+            raise SettingsError(
+                f"refusing to listen on {self.host} without an admin key (MEMBRIDGE_DEV): set "
+                "MEMBRIDGE_ADMIN_KEY, listen on 127.0.0.1, or pass --insecure "
+                "(BLOOM_INSECURE=true) to serve every endpoint to anyone who can reach it"
             )
 
 

@@ -7,12 +7,13 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
+from bloom.http_guards import install_http_guards
 from bloom.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.request_log import RequestLogMiddleware
 from bloom.runtime.api import events, leasing, membridge, records, system, tasks, workers
 from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
-from bloom.runtime.http import install_error_handlers
+from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.rate_limits import runtime_policy
 from bloom.services.clock import Clock, system_clock
@@ -68,6 +69,16 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         app.add_middleware(RateLimitMiddleware, limiter=limiter, policy=runtime_policy(settings))
     if settings.api_key_value:
         app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
+    install_http_guards(
+        app,
+        settings,
+        too_large=b'{"error":"Request body too large"}',
+        not_found=b'{"error":"Not found"}',
+        unexpected=b'{"error":"Internal server error"}',
+        bad_query=invalid_query,
+        docs_paths={"/api/docs", app.swagger_ui_oauth2_redirect_url or ""},
+        redirect_exempt={"/api/runtime/health", "/api/membridge/health"},
+    )
     app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
     return app
 

@@ -25,6 +25,8 @@ SERVICE_STATUS: dict[type[ServiceError], int] = {
     Unavailable: 503,
 }
 HTTP_MESSAGES = {404: "Not found", 405: "Method not allowed"}
+NUL_MESSAGE = "Must not contain NUL characters"
+MALFORMED_BODY = "Malformed JSON body"
 
 
 class JSON(Response):
@@ -49,6 +51,12 @@ def invalid(message: str, field: str | None = None) -> JSON:
     return JSON({"error": flat}, status_code=400)
 
 
+def invalid_query(name: str) -> tuple[int, bytes]:
+    """A query parameter no database could store (a NUL character), in the 400 shape."""
+    flat = {"formErrors": [], "fieldErrors": {name: [NUL_MESSAGE]}}
+    return 400, orjson.dumps({"error": flat})
+
+
 def flatten_validation_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
     """Pydantic errors in zod's `flatten()` shape."""
     form_errors: list[str] = []
@@ -56,6 +64,9 @@ def flatten_validation_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
     for err in errors:
         loc = [part for part in err.get("loc", ()) if part not in ("body", "query", "path")]
         message = _message(err)
+        if err.get("type") == "extra_forbidden":  # as zod's unrecognized_keys: at its object
+            message = f"Unrecognized key: '{'.'.join(str(part) for part in loc[1:] or loc)}'"
+            loc = loc[:1] if len(loc) > 1 else []
         if loc and isinstance(loc[0], str):
             field_errors.setdefault(loc[0], []).append(message)
         else:
@@ -65,7 +76,7 @@ def flatten_validation_errors(errors: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _message(err: dict[str, Any]) -> str:
     if err.get("type") == "json_invalid":
-        return "Malformed JSON body"
+        return MALFORMED_BODY
     if err.get("type") == "missing":
         return "Required"
     message = str(err.get("msg", "Invalid value"))
@@ -84,6 +95,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 400:  # a body FastAPI could not read (not UTF-8, say)
+            return invalid(MALFORMED_BODY)
         message = HTTP_MESSAGES.get(exc.status_code) or str(exc.detail)
         return error(exc.status_code, message, headers=getattr(exc, "headers", None))
 

@@ -30,6 +30,8 @@ log = structlog.get_logger("bloom.worker")
 
 FLUSH_SEC = 0.5
 MAX_BATCH = 500
+MAX_BATCH_BYTES = 1024 * 1024
+"""Well under the runtime's request body limit (BLOOM_MAX_BODY_BYTES, 5 MiB by default)."""
 MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
 NO_SESSION = "No conversation found"
@@ -79,7 +81,7 @@ class EventOutbox:
     async def flush(self) -> None:
         """Post what is pending; raises LeaseLost when the runtime refuses the lease."""
         while self.pending:
-            batch = self.pending[:MAX_BATCH]
+            batch = _batch(self.pending)
             try:
                 await self.client.send_events(*self.ids, batch)
             except RuntimeUnreachable:
@@ -89,6 +91,16 @@ class EventOutbox:
                     raise LeaseLost(exc.message) from None
                 log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
             del self.pending[: len(batch)]
+
+
+def _batch(pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first events, at most MAX_BATCH of them and about MAX_BATCH_BYTES (at least one)."""
+    size = 0
+    for count, event in enumerate(pending[:MAX_BATCH]):
+        size += len(json.dumps(event, default=str))
+        if size > MAX_BATCH_BYTES and count:
+            return pending[:count]
+    return pending[:MAX_BATCH]
 
 
 class TaskRun:

@@ -1,20 +1,23 @@
 """Request bodies and response shapes of the control plane's HTTP API.
 
 Bodies validate as the reference's pydantic models did (FastAPI's 422 on failure), with bounds
-the reference lacked. Responses show timestamps as float seconds, the reference's convention.
+the reference lacked: unknown keys are refused, every string and list is bounded, and no string
+may hold a NUL character. Responses show timestamps as float seconds, the reference's convention.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from bloom.domain.fleet import WORKER_NAME
+from bloom.http_guards import contains_nul
 from bloom.membridge.models import Agent, Job, Leadership, Node
 from bloom.membridge.rules import ProjectEntry, Role
 
 AgentStatus = Literal["online", "offline", "syncing", "error", "unknown"]
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/]+$")]
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\x00-\x1f\x7f]+$")]
 AgentName = Annotated[
     str, Field(pattern=WORKER_NAME, description="Becomes the runtime's worker id.")
 ]
@@ -37,7 +40,14 @@ def _agent_url(value: str) -> str:
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if contains_nul(value):
+            raise PydanticCustomError("nul_character", "Must not contain NUL characters")
+        return value
 
 
 # ---- agents ----
@@ -54,6 +64,11 @@ class AgentBody(Body):
     url: Annotated[str, Field(max_length=2048), AfterValidator(_agent_url)] = ""
     status: AgentStatus = "unknown"
     capabilities: CapabilitiesBody | None = None
+    # What workers and the reference agent also send (as to the runtime); accepted, not kept.
+    ip_addrs: list[Text128] | None = Field(None, max_length=64)
+    agent_version: Text128 | None = None
+    os_info: Annotated[str, Field(max_length=512)] | None = None
+    install_method: Annotated[str, Field(max_length=64)] | None = None
 
 
 class Capabilities(BaseModel):
@@ -91,7 +106,7 @@ class AgentOut(BaseModel):
 
 
 class ProjectBody(Body):
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$")
 
 
 class ProjectOut(BaseModel):
@@ -260,3 +275,7 @@ class Health(BaseModel):
     auth: Literal["disabled"] | None = Field(
         None, description='"disabled" when dev mode serves without an admin key; else absent.'
     )
+    insecure: Literal[True] | None = Field(
+        None, description="true when serving beyond loopback without a key (--insecure)."
+    )
+    warning: str | None = Field(None, description="Why `insecure` is true; else absent.")

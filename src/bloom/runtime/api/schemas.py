@@ -1,7 +1,8 @@
 """Request bodies, with the seed's validation rules, and response shapes for the OpenAPI page.
 
-Scalars are strict about types (a number is not a string, "1" is not a number), as zod was, and
-unknown keys are dropped, as zod did.
+Scalars are strict about types (a number is not a string, "1" is not a number), as zod was.
+Unknown keys are refused (zod dropped them; a typo must not pass for a default), every string
+and list is bounded, and no string may hold a NUL character (no database stores one).
 """
 
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
+from bloom.http_guards import contains_nul
 from bloom.services.events import (
     MAX_DATA_BYTES,
     MAX_EVENTS,
@@ -34,22 +36,39 @@ from bloom.services.events import (
 )
 
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
+MAX_ID_CHARS = 200
+MAX_PROMPT_CHARS = 200_000
+MAX_OUTPUT_CHARS = 4 * 1024 * 1024
+MAX_BIGINT = 2**63 - 1
+Id = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
+Label = Annotated[StrictStr, Field(max_length=128)]
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_BIGINT)]
+Amount = Annotated[StrictFloat, Field(ge=0, le=1e12, allow_inf_nan=False)]
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if contains_nul(value):
+            raise PydanticCustomError("nul_character", "Must not contain NUL characters")
+        return value
 
 
 class PolicyBody(Body):
     timeout_sec: StrictInt = Field(120, ge=1, le=3600)
-    budget: StrictFloat = Field(0, ge=0)
+    budget: Amount = Field(0, description="USD; 0 means no budget.")
 
 
 class CreateTaskBody(Body):
-    context_id: StrictStr = Field(min_length=1)
-    agent_slug: StrictStr = Field(min_length=1)
-    prompt: StrictStr = Field(min_length=1)
-    context_hints: list[StrictStr] = Field(default_factory=list)
+    context_id: Id
+    agent_slug: Id
+    prompt: StrictStr = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    context_hints: list[Annotated[StrictStr, Field(max_length=1000)]] = Field(
+        default_factory=list, max_length=100
+    )
     policy: PolicyBody = Field(default_factory=PolicyBody)
     desired_format: Literal["json", "text"] = "text"
     max_attempts: StrictInt = Field(3, ge=1, le=10)
@@ -63,51 +82,53 @@ class CreateTaskBody(Body):
 
 
 class LeaseBody(Body):
-    worker_id: StrictStr | None = Field(None, min_length=1)
+    worker_id: Id | None = None
     ttl_seconds: TTL | None = None
 
 
 class ClaimBody(Body):
     wait_seconds: StrictFloat | None = Field(
-        None, ge=0, le=120, description="Long-poll up to this long for work (default 25)."
+        None,
+        ge=0,
+        le=120,
+        allow_inf_nan=False,
+        description="Long-poll up to this long for work (default 25).",
     )
     ttl_seconds: TTL | None = None
 
 
 class HeartbeatBody(Body):
-    lease_id: StrictStr | None = Field(
-        None, min_length=1, description="Fencing: the lease you hold."
-    )
-    worker_id: StrictStr | None = Field(None, min_length=1)
+    lease_id: Id | None = Field(None, description="Fencing: the lease you hold.")
+    worker_id: Id | None = None
 
 
 class MetricsBody(Body):
-    duration_ms: StrictInt = Field(ge=0)
-    tokens_used: StrictInt | None = Field(None, ge=0)
-    input_tokens: StrictInt | None = Field(None, ge=0)
-    output_tokens: StrictInt | None = Field(None, ge=0)
-    cost_usd: StrictFloat | None = Field(None, ge=0)
-    num_turns: StrictInt | None = Field(None, ge=0)
+    duration_ms: Count
+    tokens_used: Count | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    cost_usd: Amount | None = None
+    num_turns: Count | None = None
 
 
 class CompleteBody(Body):
     status: ResultStatus
-    output: StrictStr | None = Field(None, validate_default=True)
-    error_message: StrictStr | None = Field(None, validate_default=True)
-    metrics: MetricsBody
-    artifact_type: StrictStr = Field("LLM_RESULT", min_length=1)
-    artifact_tags: list[StrictStr] = Field(default_factory=list)
-    lease_id: StrictStr | None = Field(
-        None, min_length=1, description="Fencing: the lease you hold."
+    output: StrictStr | None = Field(None, max_length=MAX_OUTPUT_CHARS, validate_default=True)
+    error_message: StrictStr | None = Field(
+        None, max_length=MAX_OUTPUT_CHARS, validate_default=True
     )
-    worker_id: StrictStr | None = Field(None, min_length=1)
+    metrics: MetricsBody
+    artifact_type: StrictStr = Field("LLM_RESULT", min_length=1, max_length=128)
+    artifact_tags: list[Label] = Field(default_factory=list, max_length=64)
+    lease_id: Id | None = Field(None, description="Fencing: the lease you hold.")
+    worker_id: Id | None = None
     error_code: ErrorCode | None = Field(
         None, description="Why the attempt failed; decides retry, failure or a free retry later."
     )
     retry_at: StrictInt | None = Field(
-        None, ge=0, description="Epoch ms before which not to retry."
+        None, ge=0, le=MAX_BIGINT, description="Epoch ms before which not to retry."
     )
-    session_id: StrictStr | None = Field(None, min_length=1)
+    session_id: Id | None = None
 
     @field_validator("output", "error_message")
     @classmethod
@@ -130,7 +151,7 @@ class CompleteBody(Body):
 class CapabilitiesBody(Body):
     claude_cli: StrictBool = True
     max_concurrency: StrictInt = Field(1, ge=1, le=32)
-    labels: list[StrictStr] = Field(default_factory=list)
+    labels: list[Label] = Field(default_factory=list, max_length=64)
 
 
 class RegisterWorkerBody(Body):
@@ -138,7 +159,7 @@ class RegisterWorkerBody(Body):
     url: StrictStr | None = Field(None, max_length=2048)
     status: WorkerStatus = WorkerStatus.ONLINE
     capabilities: CapabilitiesBody | None = None
-    ip_addrs: list[StrictStr] | None = None
+    ip_addrs: list[Label] | None = Field(None, max_length=64)
     agent_version: StrictStr | None = Field(None, max_length=128)
     os_info: StrictStr | None = Field(None, max_length=512)
     install_method: StrictStr | None = Field(None, max_length=64)
@@ -164,14 +185,22 @@ class EventBody(Body):
 
 
 class AppendEventsBody(Body):
-    lease_id: StrictStr = Field(min_length=1, description="Fencing: the lease you hold.")
-    worker_id: StrictStr | None = Field(None, min_length=1)
+    lease_id: Id = Field(description="Fencing: the lease you hold.")
+    worker_id: Id | None = None
     events: list[EventBody] = Field(max_length=MAX_EVENTS)
 
 
 class ConfigBody(Body):
     membridge_server_url: HttpUrl
-    admin_key: StrictStr = Field(min_length=1)
+    admin_key: StrictStr = Field(min_length=1, max_length=1024)
+
+    @field_validator("membridge_server_url")
+    @classmethod
+    def _no_credentials(cls, value: HttpUrl) -> HttpUrl:
+        """The URL is shown and audited: a password in it would leak (the key has its field)."""
+        if value.username or value.password:
+            raise PydanticCustomError("url_credentials", "Must not carry a user or password")
+        return value
 
 
 # Response shapes (documentation; routes render the dataclasses directly)
@@ -230,3 +259,5 @@ class Health:
     uptime: float
     storage: str
     membridge: dict[str, Any]
+    insecure: bool | None = None  # true, with `warning`, when serving open (--insecure)
+    warning: str | None = None

@@ -13,6 +13,7 @@ from bloom.services.tasks import NewTask
 
 router = APIRouter(prefix="/api/runtime", tags=["tasks"])
 MAX_PAGE = 5000
+MAX_OFFSET = 1_000_000_000
 
 
 @router.post(
@@ -50,8 +51,8 @@ async def create_task(
 async def list_tasks(
     tasks: Tasks,
     status: TaskStatus | None = None,
-    limit: Annotated[int, Query(ge=1)] = 500,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, description="At most 5000 are returned.")] = 500,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JSON:
     return JSON(await tasks.find(status=status, limit=min(limit, MAX_PAGE), offset=offset))
 
