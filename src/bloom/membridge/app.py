@@ -16,6 +16,7 @@ from bloom.membridge.http import (
     install_error_handlers,
     invalid_query,
 )
+from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
 from bloom.rate_limit import RateLimiter, RateLimitMiddleware
@@ -62,6 +63,7 @@ def create_app(
     for module in (system, agents, projects, fleet, jobs):
         app.include_router(module.router)
     install_error_handlers(app)
+    document_membridge_errors(app, settings)
     app.add_middleware(UnexpectedErrorMiddleware)
     if not settings.auth_disabled:
         app.add_middleware(AdminKeyMiddleware, admin_key=settings.admin_key_value)

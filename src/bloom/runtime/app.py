@@ -15,6 +15,7 @@ from bloom.runtime.auth import ApiKeyMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.loops import LoopRunner
+from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
 from bloom.services.clock import Clock, system_clock
 from bloom.settings import RuntimeSettings
@@ -62,6 +63,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         return HTMLResponse(INDEX)
 
     install_error_handlers(app)
+    document_runtime_errors(app)
     if settings.rate_limit_enabled:  # added first: runs after the identity is known
         limiter = RateLimiter.from_url(
             settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix

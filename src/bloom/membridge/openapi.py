@@ -1,0 +1,22 @@
+"""Membridge's error answers in its OpenAPI document (see `bloom.openapi_errors`)."""
+
+from fastapi import FastAPI
+
+from bloom.membridge.auth import UNAUTHORIZED
+from bloom.membridge.settings import MembridgeSettings
+from bloom.openapi_errors import Declared, document_errors, message_schema
+
+ERRORS: Declared = {
+    ("POST", "/projects"): {"409": "A project of that name exists"},
+}
+
+
+def document_membridge_errors(app: FastAPI, settings: MembridgeSettings) -> None:
+    document_errors(
+        app,
+        error=message_schema("detail"),
+        error_name="Detail",
+        declared=ERRORS,
+        with_body={"400": "The body could not be read (not UTF-8, say)"},
+        everywhere={} if settings.auth_disabled else {"401": UNAUTHORIZED},
+    )

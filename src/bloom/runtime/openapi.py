@@ -1,0 +1,41 @@
+"""The runtime's error answers in its OpenAPI document (see `bloom.openapi_errors`)."""
+
+from fastapi import FastAPI
+
+from bloom.openapi_errors import ZOD_FLATTENED, Declared, document_errors, message_schema
+
+TASK = "/api/runtime/llm-tasks/{task_id}"
+LAPSED = "The task is not in a state for this, or the lease lapsed"
+FOREIGN = "The lease is held by another worker than the one named (or the caller's key's)"
+ERRORS: Declared = {
+    ("POST", "/api/runtime/llm-tasks"): {
+        "409": "The idempotency key was used for a different request",
+    },
+    ("POST", f"{TASK}/lease"): {
+        "409": "The task is not queued, or the worker does not run Claude CLI tasks",
+        "503": "No worker (or not the one named) is online with a free slot",
+    },
+    ("POST", f"{TASK}/heartbeat"): {"403": FOREIGN, "409": LAPSED},
+    ("POST", f"{TASK}/complete"): {"403": FOREIGN, "409": LAPSED},
+    ("POST", f"{TASK}/events"): {"403": FOREIGN, "409": LAPSED},
+    ("POST", f"{TASK}/cancel"): {"409": "The task has ended"},
+    ("POST", f"{TASK}/requeue"): {"409": "The task is neither failed nor dead"},
+    ("POST", "/api/runtime/workers/{worker_id}/claim"): {
+        "409": "The worker does not run Claude CLI tasks",
+    },
+}
+MEMBRIDGE_PROXY = {
+    "502": "Membridge is unreachable, or its answer is not JSON",
+    "default": "Membridge's own refusal, its status kept: `Membridge returned <status>: …`",
+}
+
+
+def document_runtime_errors(app: FastAPI) -> None:
+    document_errors(
+        app,
+        error=message_schema("error"),
+        error_name="Error",
+        validation=("ValidationFailure", ZOD_FLATTENED, "400"),
+        declared=ERRORS,
+        under={"/api/membridge/": MEMBRIDGE_PROXY},
+    )
