@@ -7,6 +7,8 @@ from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
 from bloom.clients.membridge import MembridgeClient
 from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
+from bloom.secret_box import SecretBox
+from bloom.secret_key import resolve_secret_key
 from bloom.services.clock import Clock, system_clock
 from bloom.services.completion import CompletionService
 from bloom.services.config import ConfigService
@@ -80,9 +82,11 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         worker_live_ms=int(settings.worker_live_sec * 1000),
     )
     reaper = LeaseReaper(db, signal, clock)
+    secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     config = ConfigService(
         db,
         clock,
+        box=SecretBox(resolve_secret_key(secret, settings.data_dir)),
         default_url=settings.membridge_server_url,
         default_admin_key=settings.membridge_admin_key.get_secret_value(),
     )

@@ -1,6 +1,6 @@
 """SQL for the append-mostly records: artifacts, results, audit entries and settings."""
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.domain.ids import new_id
@@ -31,6 +31,9 @@ _AUDIT_LIST = (
 )
 _AUDIT_LIST_FOR_TASK = _AUDIT_LIST.where(aud.c.task_id == bindparam("b_task"))
 _SETTINGS_ALL = select(cfg.c.key, cfg.c.value)
+_SETTINGS_SWAP = update(cfg).where(
+    cfg.c.key == bindparam("b_key"), cfg.c.value == bindparam("b_old")
+)
 _SETTINGS_PUT = {}
 for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
     _upsert = _dialect.insert(cfg)
@@ -103,3 +106,7 @@ class SettingsRepository(Repository):
     async def put(self, values: dict[str, str]) -> None:
         for key, value in values.items():
             await self.run(_SETTINGS_PUT[self.kind], {"key": key, "value": value})
+
+    async def swap(self, key: str, old: str, new: str) -> None:
+        """Set `key` to `new` only if it still holds `old` (compare-and-set)."""
+        await self.run(_SETTINGS_SWAP, {"b_key": key, "b_old": old, "value": new})
