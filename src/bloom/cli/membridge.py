@@ -62,9 +62,17 @@ def serve(
     migrate_db: Annotated[
         bool, typer.Option("--migrate/--no-migrate", help="Migrate the schema before serving")
     ] = True,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="With MEMBRIDGE_DEV and no admin key, serve beyond loopback anyway "
+            "[env BLOOM_INSECURE]",
+        ),
+    ] = False,
 ) -> None:
     """Serve the control plane API (default 127.0.0.1:8000)."""
-    settings, target = _settings(host=host, port=port)
+    settings, target = _settings(host=host, port=port, insecure=insecure or None)
     try:
         settings.check_auth()
     except SettingsError as exc:

@@ -8,6 +8,10 @@ from bloom.membridge.api.deps import AppContainer
 from bloom.membridge.api.schemas import Health
 
 router = APIRouter(tags=["system"])
+INSECURE_WARNING = (
+    "No admin key, and listening beyond loopback (--insecure): anyone who can reach this "
+    "server can use every endpoint."
+)
 
 
 @router.get(
@@ -25,4 +29,6 @@ async def health(container: AppContainer) -> Health:
         agents=agents,
         bloom_version=__version__,
         auth="disabled" if container.settings.auth_disabled else None,
+        insecure=True if container.settings.serving_insecure else None,
+        warning=INSECURE_WARNING if container.settings.serving_insecure else None,
     )

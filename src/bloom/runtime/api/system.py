@@ -11,18 +11,25 @@ from bloom.services.config import RuntimeConfig
 router = APIRouter(prefix="/api/runtime", tags=["system"])
 
 
+INSECURE_WARNING = (
+    "No API key, and listening beyond loopback (--insecure): anyone who can reach this server "
+    "can use every endpoint."
+)
+
+
 @router.get("/health", response_model=Health, summary="Liveness, storage kind, uptime, version")
 async def health(container: AppContainer) -> JSON:
-    return JSON(
-        Health(
-            status="ok",
-            service="bloom-runtime",
-            version=__version__,
-            uptime=round(container.uptime, 3),
-            storage=container.db.kind,
-            membridge=container.membridge_client.state.as_json(),
-        )
-    )
+    answer = {
+        "status": "ok",
+        "service": "bloom-runtime",
+        "version": __version__,
+        "uptime": round(container.uptime, 3),
+        "storage": container.db.kind,
+        "membridge": container.membridge_client.state.as_json(),
+    }
+    if container.settings.serving_insecure:
+        answer |= {"insecure": True, "warning": INSECURE_WARNING}
+    return JSON(answer)
 
 
 @router.get("/config", response_model=RuntimeConfig, summary="Membridge settings (key masked)")
