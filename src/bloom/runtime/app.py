@@ -3,20 +3,33 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
+from bloom.client_address import client_address
 from bloom.http_guards import install_http_guards
 from bloom.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.request_log import RequestLogMiddleware
-from bloom.runtime.api import events, leasing, membridge, records, system, tasks, workers
-from bloom.runtime.auth import ApiKeyMiddleware
+from bloom.runtime.access import authorize
+from bloom.runtime.api import (
+    events,
+    leasing,
+    membridge,
+    records,
+    session,
+    system,
+    tasks,
+    workers,
+)
+from bloom.runtime.auth import IdentityMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
+from bloom.runtime.sessions import SessionCodec
+from bloom.secret_key import resolve_secret_key
 from bloom.services.clock import Clock, system_clock
 from bloom.settings import RuntimeSettings
 
@@ -54,9 +67,12 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         redoc_url=None,
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
+        dependencies=[Depends(authorize)],  # every route has an access rule (runtime/access.py)
     )
-    for module in (system, workers, tasks, leasing, events, records, membridge):
+    for module in (system, session, workers, tasks, leasing, events, records, membridge):
         app.include_router(module.router)
+    secret = settings.secret_key.get_secret_value() if settings.secret_key else None
+    app.state.sessions = SessionCodec(resolve_secret_key(secret, settings.data_dir))
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -69,8 +85,12 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
             settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
         )
         app.add_middleware(RateLimitMiddleware, limiter=limiter, policy=runtime_policy(settings))
-    if settings.api_key_value:
-        app.add_middleware(ApiKeyMiddleware, api_key=settings.api_key_value)
+    app.add_middleware(
+        IdentityMiddleware,
+        admin_key=settings.api_key_value,
+        sessions=app.state.sessions,
+        address_of=lambda scope: client_address(scope, settings.trusted_proxies),
+    )
     install_http_guards(
         app,
         settings,

@@ -14,11 +14,22 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from bloom.services.errors import BadGateway, Conflict, NotFound, ServiceError, Unavailable
+from bloom.runtime.access import unknown_route_refused
+from bloom.services.errors import (
+    BadGateway,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+    ServiceError,
+    Unavailable,
+)
 
 log = structlog.get_logger(__name__)
 
 SERVICE_STATUS: dict[type[ServiceError], int] = {
+    Invalid: 400,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     BadGateway: 502,
@@ -94,7 +105,9 @@ def install_error_handlers(app: FastAPI) -> None:
         return error(SERVICE_STATUS.get(type(exc), 400), exc.message)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code in (404, 405) and unknown_route_refused(request):
+            return error(401, "Unauthorized")
         if exc.status_code == 400:  # a body FastAPI could not read (not UTF-8, say)
             return invalid(MALFORMED_BODY)
         message = HTTP_MESSAGES.get(exc.status_code) or str(exc.detail)
