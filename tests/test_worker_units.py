@@ -12,7 +12,14 @@ from bloom.domain.retry import ErrorCode
 from bloom.echo_model import Script
 from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
-from bloom.worker.outcome import Outcome, RunReport, classify_error, decide, json_output
+from bloom.worker.outcome import (
+    Outcome,
+    RunReport,
+    classify_error,
+    decide,
+    fit_output,
+    json_output,
+)
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
@@ -316,3 +323,12 @@ def test_event_batches_stay_well_under_the_runtimes_body_limit() -> None:
     assert len(_batch(small)) == MAX_BATCH
     huge = [_bounded("assistant", "y" * 2_000_000)]  # a single one always goes (as a preview)
     assert _batch(huge) == huge
+
+
+def test_an_output_too_large_for_the_runtime_is_cut_and_says_so() -> None:
+    assert fit_output("short") == "short"
+    huge = "é" * 1_000_000  # 6 bytes each as JSON: about 6 MB
+    cut = fit_output(huge)
+    assert len(json.dumps(cut)) <= 4 * 1024 * 1024
+    assert cut.endswith(f"of {len(huge)} characters kept]")
+    assert cut.startswith("é" * 1000)

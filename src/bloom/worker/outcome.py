@@ -16,6 +16,8 @@ USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
 RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
 JSON_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
 ERROR_TAIL = 2000
+MAX_OUTPUT_JSON_BYTES = 4 * 1024 * 1024
+"""An output must fit the runtime's request body limit (5 MiB by default) as JSON text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,22 @@ def json_output(text: str) -> str | None:
     return candidate
 
 
+def fit_output(text: str, limit: int = MAX_OUTPUT_JSON_BYTES) -> str:
+    """`text`, cut (and saying so) where its JSON encoding would exceed `limit` bytes."""
+    if len(text) * 12 + 2 <= limit or len(json.dumps(text)) <= limit:  # 12: a surrogate pair
+        return text
+    keep_low, keep_high = 0, len(text)
+    while keep_low < keep_high:  # the longest prefix that fits, with room for the note
+        middle = (keep_low + keep_high + 1) // 2
+        if len(json.dumps(text[:middle])) <= limit - 200:
+            keep_low = middle
+        else:
+            keep_high = middle - 1
+    return (
+        f"{text[:keep_low]}\n[output cut by the worker: {keep_low} of {len(text)} characters kept]"
+    )
+
+
 def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outcome:
     """Turn what the run did into the outcome to report."""
     metrics = metrics_of(report)
@@ -166,4 +184,4 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
                 ErrorCode.INVALID_OUTPUT, "desired_format is json, but the output is not JSON"
             )
         output = parsed
-    return Outcome(success=True, output=output, session_id=session, metrics=metrics)
+    return Outcome(success=True, output=fit_output(output), session_id=session, metrics=metrics)
