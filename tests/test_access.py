@@ -163,18 +163,23 @@ async def test_every_route_has_a_rule_and_every_rule_a_route(client: httpx.Async
 
 
 async def test_authorization_matrix(client: httpx.AsyncClient) -> None:
-    """Every route times {no credentials, viewer, worker, other worker, admin, logged-in user}.
+    """Every route times {no credentials, viewer, worker, other worker, admin, logged-in user},
+    each answer a status the OpenAPI document declares for the operation.
 
     Denied callers go first and state-changing admin calls last, so that what an allowed call
     changes never turns a later denial into something else."""
     world = await build_world(client)
     table = sorted(route_table(client.app), key=lambda r: (r[0] == "DELETE", r))  # type: ignore[attr-defined]
     order = ["none", "viewer", "user", "other_worker", "worker", "admin"]
-    failures = []
+    documented = client.app.openapi()["paths"]  # type: ignore[attr-defined]
+    failures: list[tuple[object, ...]] = []
     for method, path in table:
         url, body = request_for(method, path, world)
+        declared = documented.get(path, {}).get(method.lower(), {}).get("responses")
         for who in order:
             reply = await client.request(method, url, json=body, headers=world.headers(who))
+            if declared is not None and not {str(reply.status_code), "default"} & set(declared):
+                failures.append((method, path, who, "undocumented", reply.status_code))
             denial = expected_denial(who, RULES[(method, path)])
             if (method, path) in SELF_CHECKED:
                 ok = reply.status_code != 401

@@ -3,6 +3,8 @@
 from fastapi import FastAPI
 
 from bloom.openapi_errors import ZOD_FLATTENED, Declared, document_errors, message_schema
+from bloom.runtime.access import RULES, Access
+from bloom.runtime.rate_limits import LIMITED_PREFIXES, UNLIMITED
 
 TASK = "/api/runtime/llm-tasks/{task_id}"
 LAPSED = "The task is not in a state for this, or the lease lapsed"
@@ -30,12 +32,32 @@ MEMBRIDGE_PROXY = {
 }
 
 
+UNAUTHORIZED = "No valid credentials (when the runtime requires keys)"
+FORBIDDEN = "The caller's role may not do this, or a browser session sent no CSRF token"
+TOO_MANY = "Too many requests from this caller; see Retry-After"
+
+
+def _with_guard_errors(declared: Declared) -> Declared:
+    """`declared`, plus 401 and 403 on every operation that is not public, and 429 on every
+    operation that is rate limited (a route's own description of a status wins)."""
+    merged = {route: dict(statuses) for route, statuses in declared.items()}
+    for route, access in RULES.items():
+        statuses = merged.setdefault(route, {})
+        if access is not Access.PUBLIC:
+            statuses.setdefault("401", UNAUTHORIZED)
+            statuses.setdefault("403", FORBIDDEN)
+        path = route[1]
+        if path.startswith(LIMITED_PREFIXES) and path not in UNLIMITED:
+            statuses.setdefault("429", TOO_MANY)
+    return merged
+
+
 def document_runtime_errors(app: FastAPI) -> None:
     document_errors(
         app,
         error=message_schema("error"),
         error_name="Error",
         validation=("ValidationFailure", ZOD_FLATTENED, "400"),
-        declared=ERRORS,
+        declared=_with_guard_errors(ERRORS),
         under={"/api/membridge/": MEMBRIDGE_PROXY},
     )
