@@ -42,3 +42,7 @@ def configure_logging(level: str = "info", fmt: str = "json") -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True  # our middleware logs requests
+    # httpx logs every outgoing request at INFO (the worker sync's poll every 10 s): noise but
+    # at debug level; failures are logged by the callers that know what they mean
+    quiet = root.level > logging.DEBUG
+    logging.getLogger("httpx").setLevel(logging.WARNING if quiet else logging.NOTSET)
