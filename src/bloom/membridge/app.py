@@ -11,11 +11,7 @@ from bloom.membridge import API_VERSION
 from bloom.membridge.api import agents, fleet, jobs, projects, system
 from bloom.membridge.auth import AdminKeyMiddleware
 from bloom.membridge.container import build_container
-from bloom.membridge.http import (
-    UnexpectedErrorMiddleware,
-    install_error_handlers,
-    invalid_query,
-)
+from bloom.membridge.http import install_error_handlers, invalid_query
 from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
@@ -64,7 +60,6 @@ def create_app(
         app.include_router(module.router)
     install_error_handlers(app)
     document_membridge_errors(app, settings)
-    app.add_middleware(UnexpectedErrorMiddleware)
     if not settings.auth_disabled:
         app.add_middleware(AdminKeyMiddleware, admin_key=settings.admin_key_value)
     if settings.rate_limit_enabled:  # before the key check: refused callers are counted too
@@ -82,6 +77,7 @@ def create_app(
         settings,
         too_large=b'{"detail":"Request body too large"}',
         not_found=b'{"detail":"Not Found"}',
+        unexpected=b'{"detail":"Internal server error"}',
         bad_query=invalid_query,
         docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/health"},
