@@ -95,7 +95,10 @@ def revoke_key(
     typer.echo(f"revoked {key.role} key {key.id} ({key.prefix}…)")
 
 
-def _password(from_stdin: bool) -> str:
+def _password(role: Role, from_stdin: bool) -> str:
+    """A person's new password (people are admins or viewers), from stdin or asked twice."""
+    if role is Role.WORKER:
+        _fail("a person is an admin or a viewer; workers use keys")
     if from_stdin:
         return sys.stdin.readline().rstrip("\n")
     entered: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)
@@ -111,9 +114,7 @@ def create_user(
     ] = False,
 ) -> None:
     """Make a user (the password is asked for twice, or read from stdin)."""
-    if role is Role.WORKER:
-        _fail("a person is an admin or a viewer; workers use keys")
-    password = _password(password_stdin)
+    password = _password(role, password_stdin)
     user = _run(lambda svc: svc.create_user(username, password, role))
     typer.echo(f"user {user.username} ({user.role}) made")
 
@@ -127,9 +128,7 @@ def set_password(
     ] = False,
 ) -> None:
     """Set a user's password and role; their open sessions end."""
-    if role is Role.WORKER:
-        _fail("a person is an admin or a viewer; workers use keys")
-    password = _password(password_stdin)
+    password = _password(role, password_stdin)
     user = _run(lambda svc: svc.set_password(username, password, role))
     typer.echo(f"user {user.username} ({user.role}) updated")
 
