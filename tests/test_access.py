@@ -13,6 +13,7 @@ import pytest
 from bloom.domain.identity import Role
 from bloom.runtime import auth
 from bloom.runtime.access import RULES, Access, route_table
+from bloom.runtime.app import create_app
 from bloom.settings import RuntimeSettings
 from bloom.storage.tables import api_keys, users
 from tests.conftest import make_settings
@@ -382,3 +383,37 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         }
         for _, path in public
     )
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+async def test_the_session_cookie_is_secure_when_a_trusted_proxy_says_https(
+    database_url: str, tmp_path: Path, trusted: bool
+) -> None:
+    """Behind a TLS-terminating proxy the connection is plain http; the proxy's
+    X-Forwarded-Proto decides, and only when the proxy is trusted."""
+    proxies = ["127.0.0.1"] if trusted else []
+    app = create_app(make_settings(database_url, tmp_path, trusted_proxies=proxies))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 4711))
+        async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
+            await app.state.container.credentials.create_user("ada", PASSWORD, Role.VIEWER)
+            https = {"X-Forwarded-Proto": "https"}
+            page = await http.get("/login", headers=https)
+            token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+            assert token is not None
+            done = await http.post(
+                "/login",
+                content=f"username=ada&password={PASSWORD.replace(' ', '+')}"
+                f"&csrf_token={token.group(1)}",
+                headers=https
+                | {
+                    "Content-Type": "application/x-www-form-urlencoded",
+                    # as the browser, which speaks https to the proxy, sends a Secure cookie
+                    "Cookie": f"bloom_login_csrf={page.cookies['bloom_login_csrf']}",
+                },
+            )
+    assert done.status_code == 303, done.text
+    for reply in (page, done):
+        cookies = [c for c in reply.headers.get_list("set-cookie") if "max-age=0" not in c.lower()]
+        assert cookies
+        assert all(("; secure" in cookie.lower()) is trusted for cookie in cookies), cookies

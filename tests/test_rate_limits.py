@@ -31,7 +31,7 @@ import pytest
 from fastapi import FastAPI
 
 from bloom import rate_limit
-from bloom.client_address import client_address, parse_networks
+from bloom.client_address import client_address, client_scheme, parse_networks
 from bloom.membridge.app import create_app as create_membridge_app
 from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
 from bloom.rate_limit import Budget, Verdict, make_storage, shown_url
@@ -40,7 +40,7 @@ from bloom.settings import RuntimeSettings, SettingsError, load_runtime_settings
 from tests.conftest import fresh_postgres_url, fresh_sqlite_url, make_settings, unavailable
 from tests.support.api import API, claim, create_task, register_worker
 from tests.support.clock import FakeClock
-from tests.support.membridge import membridge_settings
+from tests.support.membridge import MembridgeProcess, membridge_settings
 from tests.support.net import closed_port, free_port
 from tests.support.postgres import PostgresCluster
 from tests.support.server import RuntimeProcess
@@ -124,6 +124,30 @@ def test_peers_are_given_canonically_and_odd_ones_as_they_are() -> None:
     assert client_address(scope("testclient", b"198.51.100.1"), PROXIES) == "testclient"
     assert client_address(scope(None, b"198.51.100.1"), PROXIES) == "unknown"
     assert client_address({"type": "http"}, PROXIES) == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("peer", "proto", "expected"),
+    [
+        ("127.0.0.1", b"https", "https"),
+        ("127.0.0.1", b"HTTPS, http", "https"),  # the first proxy's word
+        ("127.0.0.1", b"http", "http"),
+        ("127.0.0.1", b"gopher", "http"),  # not a scheme we serve: the connection's own
+        ("127.0.0.1", None, "http"),
+        ("203.0.113.7", b"https", "http"),  # an untrusted peer's header is ignored
+        (None, b"https", "http"),
+    ],
+)
+def test_the_scheme_is_the_connections_or_a_trusted_proxys(
+    peer: str | None, proto: bytes | None, expected: str
+) -> None:
+    request = scope(peer) | {"scheme": "http"}
+    if proto is not None:
+        request["headers"].append((b"x-forwarded-proto", proto))
+    assert client_scheme(request, PROXIES) == expected
+    assert client_scheme(request | {"scheme": "https"}, PROXIES) == (
+        "https" if proto is None or peer != "127.0.0.1" or proto == b"gopher" else expected
+    )
 
 
 def test_trusted_proxies_in_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -666,6 +690,43 @@ def test_two_runtime_processes_sharing_redis_refuse_the_101st_request_between_th
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trusted", [False, True])
+def test_real_servers_believe_x_forwarded_for_only_from_trusted_proxies(
+    sqlite_template: Path, tmp_path: Path, trusted: bool
+) -> None:
+    """uvicorn, left to itself, takes X-Forwarded-For from 127.0.0.1 whatever the settings say:
+    a caller on this machine could then be a new client at every request."""
+    proxies = {"BLOOM_TRUSTED_PROXIES": "127.0.0.1"} if trusted else {}
+    runtime = RuntimeProcess(
+        fresh_sqlite_url(sqlite_template, tmp_path),
+        tmp_path,
+        BLOOM_RATE_LIMIT_ENABLED="true",
+        BLOOM_RATE_LIMIT_API="3",
+        **proxies,
+    )
+    membridge = MembridgeProcess(
+        tmp_path / "membridge",
+        BLOOM_MEMBRIDGE_RATE_LIMIT_ENABLED="true",
+        BLOOM_MEMBRIDGE_RATE_LIMIT_API="3",
+        **proxies,
+    )
+    try:
+        with ThreadPoolExecutor() as starting:
+            list(starting.map(lambda server: server.start(), (runtime, membridge)))
+        with httpx.Client(timeout=10) as http:
+            for url in (f"{runtime.url}{API}/stats", f"{membridge.url}/agents"):
+                got = [
+                    http.get(url, headers={"X-Forwarded-For": f"198.51.100.{n}"}).status_code
+                    for n in range(1, 6)
+                ]
+                expected = 401 if url.endswith("/agents") else 200
+                assert got == ([expected] * 5 if trusted else [expected] * 3 + [429] * 2), url
+    finally:
+        runtime.stop()
+        membridge.stop()
 
 
 # --- Membridge ---------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Who is at the other end of a request: the peer's address, or, behind a trusted reverse proxy,
-the address that proxy saw (from `X-Forwarded-For`).
+the address that proxy saw (from `X-Forwarded-For`); and the scheme the client used (behind a
+trusted proxy, its `X-Forwarded-Proto`).
 
 `X-Forwarded-For` is only believed when the peer itself is a trusted proxy
 (`BLOOM_TRUSTED_PROXIES`); then the chain is read from the right, skipping the trusted proxies
 that appended to it, and the first address that is not one of them is the client. Everything
 left of it was written by the client and proves nothing. An entry that is not an address ends
 the walk: the last address reached (a trusted proxy, or the peer) is the answer. Nothing here
-raises on a malformed header.
+raises on a malformed header. The servers run uvicorn without its own proxy-header handling
+(which trusts 127.0.0.1 by default), so these functions are the only judges.
 """
 
 import json
@@ -19,6 +21,7 @@ Network = IPv4Network | IPv6Network
 Address = IPv4Address | IPv6Address
 
 FORWARDED_FOR = b"x-forwarded-for"
+FORWARDED_PROTO = b"x-forwarded-proto"
 UNKNOWN = "unknown"
 MAX_ENTRY_CHARS = 64
 """Longer than any address with a port and a zone: not an address."""
@@ -43,6 +46,19 @@ def client_address(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
         if not _trusted(hop, trusted_proxies):
             break
     return str(address)
+
+
+def client_scheme(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
+    """"https" or "http" as the client spoke it: the connection's own scheme, or behind a
+    trusted proxy the first value of its `X-Forwarded-Proto`."""
+    scheme = str(scope.get("scheme", "http"))
+    client = scope.get("client")
+    peer = _parse(str(client[0])) if client and client[0] else None
+    if peer is None or not _trusted(peer, trusted_proxies):
+        return scheme
+    values = [value for name, value in scope.get("headers") or () if name == FORWARDED_PROTO]
+    forwarded = values[0].split(b",")[0].strip().lower() if values else b""
+    return forwarded.decode("latin-1") if forwarded in (b"http", b"https") else scheme
 
 
 def parse_networks(value: object) -> tuple[Network, ...]:

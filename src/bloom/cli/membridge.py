@@ -88,6 +88,7 @@ def serve(
         http="httptools",
         log_config=None,
         access_log=False,
+        proxy_headers=False,  # X-Forwarded-* count from trusted proxies only (client_address)
         timeout_graceful_shutdown=5,
     )
 

@@ -73,6 +73,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         app.include_router(module.router)
     secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     app.state.sessions = SessionCodec(resolve_secret_key(secret, settings.data_dir))
+    app.state.trusted_proxies = settings.trusted_proxies
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from bloom.client_address import client_scheme
 from bloom.domain.identity import Kind
 from bloom.runtime.api.deps import Caller, Credentials
 from bloom.runtime.http import JSON, error
@@ -64,7 +65,7 @@ def _set_cookie(
         path=path,
         httponly=True,
         samesite="lax",
-        secure=request.url.scheme == "https",
+        secure=client_scheme(request.scope, request.app.state.trusted_proxies) == "https",
     )
 
 
