@@ -49,7 +49,7 @@ def client_address(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
 
 
 def client_scheme(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
-    """"https" or "http" as the client spoke it: the connection's own scheme, or behind a
+    """The scheme the client spoke, "https" or "http": the connection's own, or behind a
     trusted proxy the first value of its `X-Forwarded-Proto`."""
     scheme = str(scope.get("scheme", "http"))
     client = scope.get("client")
