@@ -30,15 +30,14 @@ MAX_ENTRY_CHARS = 64
 def client_address(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
     """The client's address (canonical text: `::ffff:1.2.3.4` is `1.2.3.4`), or the peer's as
     the server gave it when it is not an IP address, or "unknown" when there is no peer."""
-    client = scope.get("client")
-    peer_text = str(client[0]) if client and client[0] else ""
+    peer_text = _peer_text(scope)
     peer = _parse(peer_text)
     if peer is None:
         return peer_text or UNKNOWN
     if not trusted_proxies or not _trusted(peer, trusted_proxies):
         return str(peer)
     address = peer
-    for entry in reversed(_forwarded_for(scope.get("headers") or ())):
+    for entry in reversed(_forwarded_for(scope)):
         hop = _parse(entry)
         if hop is None:
             break
@@ -52,13 +51,12 @@ def client_scheme(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
     """The scheme the client spoke, "https" or "http": the connection's own, or behind a
     trusted proxy the first value of its `X-Forwarded-Proto`."""
     scheme = str(scope.get("scheme", "http"))
-    client = scope.get("client")
-    peer = _parse(str(client[0])) if client and client[0] else None
+    peer = _parse(_peer_text(scope))
     if peer is None or not _trusted(peer, trusted_proxies):
         return scheme
-    values = [value for name, value in scope.get("headers") or () if name == FORWARDED_PROTO]
-    forwarded = values[0].split(b",")[0].strip().lower() if values else b""
-    return forwarded.decode("latin-1") if forwarded in (b"http", b"https") else scheme
+    values = _header_values(scope, FORWARDED_PROTO)
+    forwarded = values[0].split(",")[0].strip().lower() if values else ""
+    return forwarded if forwarded in ("http", "https") else scheme
 
 
 def parse_networks(value: object) -> tuple[Network, ...]:
@@ -87,9 +85,19 @@ def parse_networks(value: object) -> tuple[Network, ...]:
     return tuple(networks)
 
 
-def _forwarded_for(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+def _peer_text(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client and client[0] else ""
+
+
+def _header_values(scope: Scope, name: bytes) -> list[str]:
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers") or ()
+    return [value.decode("latin-1") for key, value in headers if key == name]
+
+
+def _forwarded_for(scope: Scope) -> list[str]:
     """Every X-Forwarded-For entry, in order (several such headers are one list)."""
-    values = [value.decode("latin-1") for name, value in headers if name == FORWARDED_FOR]
+    values = _header_values(scope, FORWARDED_FOR)
     return [entry.strip() for entry in ",".join(values).split(",")] if values else []
 
 
