@@ -60,17 +60,31 @@ class World:
         return self.callers[who]
 
 
-async def log_in(client: httpx.AsyncClient, username: str, password: str) -> dict[str, str]:
-    """Log in through the form; the headers a browser would then send (cookie and CSRF)."""
-    page = await client.get("/login")
+async def submit_login(
+    client: httpx.AsyncClient, username: str, password: str, headers: dict[str, str] | None = None
+) -> tuple[httpx.Response, httpx.Response]:
+    """The login page, then its form filled in and posted with the page's CSRF cookie (sent by
+    hand, as a browser would even where the cookie is `Secure` and the test's URL is http)."""
+    page = await client.get("/login", headers=headers)
     token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
     assert token is not None
+    client.cookies.clear()
     done = await client.post(
         "/login",
         content=f"username={username}&password={password.replace(' ', '+')}"
         f"&csrf_token={token.group(1)}&next=/",
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        headers=(headers or {})
+        | {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Cookie": f"bloom_login_csrf={page.cookies['bloom_login_csrf']}",
+        },
     )
+    return page, done
+
+
+async def log_in(client: httpx.AsyncClient, username: str, password: str) -> dict[str, str]:
+    """Log in through the form; the headers a browser would then send (cookie and CSRF)."""
+    _, done = await submit_login(client, username, password)
     assert done.status_code == 303, done.text
     cookie = done.cookies["bloom_session"]
     client.cookies.clear()
@@ -398,20 +412,7 @@ async def test_the_session_cookie_is_secure_when_a_trusted_proxy_says_https(
         async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
             await app.state.container.credentials.create_user("ada", PASSWORD, Role.VIEWER)
             https = {"X-Forwarded-Proto": "https"}
-            page = await http.get("/login", headers=https)
-            token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-            assert token is not None
-            done = await http.post(
-                "/login",
-                content=f"username=ada&password={PASSWORD.replace(' ', '+')}"
-                f"&csrf_token={token.group(1)}",
-                headers=https
-                | {
-                    "Content-Type": "application/x-www-form-urlencoded",
-                    # as the browser, which speaks https to the proxy, sends a Secure cookie
-                    "Cookie": f"bloom_login_csrf={page.cookies['bloom_login_csrf']}",
-                },
-            )
+            page, done = await submit_login(http, "ada", PASSWORD, https)
     assert done.status_code == 303, done.text
     for reply in (page, done):
         cookies = [c for c in reply.headers.get_list("set-cookie") if "max-age=0" not in c.lower()]
