@@ -1,6 +1,6 @@
 """What several commands share: settings and the database target, with clean errors."""
 
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 
@@ -18,6 +18,28 @@ def runtime_settings(**overrides: object) -> tuple[RuntimeSettings, DatabaseTarg
         _fail(str(exc))
     except DatabaseUrlError as exc:
         _fail(f"BLOOM_DATABASE_URL or DATABASE_URL: {exc}")
+
+
+KEEP_ALIVE_SEC = 75
+"""How long the servers keep an idle connection open: well beyond the 5 s after which clients
+(httpx, browsers) stop reusing one. With uvicorn's own default, also 5 s, a client could send
+its next request on a connection the server was closing that instant (a ReadError, seen in a
+2,000-task drain); nginx's upstream default is 60 s."""
+
+
+def uvicorn_options(host: str, port: int) -> dict[str, Any]:
+    """What `bloom runtime serve` and `bloom membridge serve` run uvicorn with."""
+    return {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "log_config": None,
+        "access_log": False,  # our middleware logs requests
+        "proxy_headers": False,  # X-Forwarded-* count from trusted proxies only (client_address)
+        "timeout_keep_alive": KEEP_ALIVE_SEC,
+        "timeout_graceful_shutdown": 5,
+    }
 
 
 def _fail(message: str) -> NoReturn:

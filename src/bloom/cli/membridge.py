@@ -6,6 +6,7 @@ import typer
 import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
+from bloom.cli.common import uvicorn_options
 from bloom.logging import configure_logging
 from bloom.membridge.app import create_app
 from bloom.membridge.container import database_target
@@ -80,17 +81,7 @@ def serve(
     configure_logging(settings.log_level, settings.log_format)
     if migrate_db and settings.migrate_on_start:
         _upgrade(target)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_config=None,
-        access_log=False,
-        proxy_headers=False,  # X-Forwarded-* count from trusted proxies only (client_address)
-        timeout_graceful_shutdown=5,
-    )
+    uvicorn.run(create_app(settings), **uvicorn_options(settings.host, settings.port))
 
 
 @db_app.command()

@@ -7,7 +7,7 @@ import structlog
 import typer
 import uvicorn
 
-from bloom.cli.common import _fail, runtime_settings
+from bloom.cli.common import _fail, runtime_settings, uvicorn_options
 from bloom.logging import configure_logging
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
@@ -50,18 +50,9 @@ def serve(
         raise typer.BadParameter("several processes need PostgreSQL", param_hint="--workers")
     if migrate_db and settings.migrate_on_start:
         migrate.upgrade(target)
-    common = {
-        "host": settings.host,
-        "port": settings.port,
-        "loop": "uvloop",
-        "http": "httptools",
-        "log_config": None,
-        "access_log": False,
-        "proxy_headers": False,  # X-Forwarded-* count from trusted proxies only (client_address)
-        "timeout_graceful_shutdown": 5,
-    }
+    common = uvicorn_options(settings.host, settings.port)
     if workers == 1:
-        uvicorn.run(create_app(settings), **common)  # type: ignore[arg-type]
+        uvicorn.run(create_app(settings), **common)
     else:  # the processes read their settings from the environment: pass ours on
         os.environ["BLOOM_HOST"] = settings.host
         os.environ["BLOOM_INSECURE"] = "true" if settings.insecure else "false"
@@ -69,5 +60,5 @@ def serve(
             "bloom.runtime.app:create_app_from_env",
             factory=True,
             workers=workers,
-            **common,  # type: ignore[arg-type]
+            **common,
         )
