@@ -11,11 +11,11 @@ import httpx
 import psycopg
 import pytest
 
+from bloom.db.database import resolve_database
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
-from bloom.settings import RuntimeSettings
-from bloom.storage import migrate
-from bloom.storage.database import resolve_database
+from bloom.runtime.settings import RuntimeSettings
+from bloom.runtime.storage.schema import SCHEMA
 from tests.support.clock import FakeClock
 from tests.support.db import DatabaseProbe
 from tests.support.net import closed_port
@@ -45,7 +45,7 @@ def postgres() -> Iterator[PostgresCluster]:
         raise
     with psycopg.connect(cluster.url(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {TEMPLATE_DB}")
-    migrate.upgrade(resolve_database(cluster.url(TEMPLATE_DB), Path()))
+    SCHEMA.upgrade(resolve_database(cluster.url(TEMPLATE_DB), Path()))
     yield cluster
     cluster.stop()
 
@@ -60,7 +60,7 @@ def fresh_postgres_url(cluster: PostgresCluster) -> str:
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "runtime.db"
-    migrate.upgrade(resolve_database(f"sqlite:///{path}", path.parent))
+    SCHEMA.upgrade(resolve_database(f"sqlite:///{path}", path.parent))
     return path
 
 

@@ -8,10 +8,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bloom.db.database import resolve_database
 from bloom.membridge.container import Container, build_container
-from bloom.membridge.schema import SCHEMA
-from bloom.storage import migrate
-from bloom.storage.database import resolve_database
+from bloom.membridge.storage.schema import SCHEMA
 from tests.support.clock import FakeClock
 from tests.support.membridge import (
     MEMBRIDGE_TEMPLATE_DB,
@@ -24,7 +23,7 @@ from tests.support.postgres import PostgresCluster
 @pytest.fixture(scope="session")
 def membridge_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("membridge-template") / "membridge.db"
-    migrate.upgrade(resolve_database(f"sqlite:///{path}", path.parent), schema=SCHEMA)
+    SCHEMA.upgrade(resolve_database(f"sqlite:///{path}", path.parent))
     return path
 
 
@@ -34,7 +33,7 @@ def membridge_postgres(postgres: PostgresCluster) -> PostgresCluster:
     with psycopg.connect(postgres.url(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {MEMBRIDGE_TEMPLATE_DB}")
     target = resolve_database(postgres.url(MEMBRIDGE_TEMPLATE_DB), Path())
-    migrate.upgrade(target, schema=SCHEMA)
+    SCHEMA.upgrade(target)
     return postgres
 
 

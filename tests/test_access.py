@@ -14,8 +14,8 @@ from bloom.domain.identity import Role
 from bloom.runtime import auth
 from bloom.runtime.access import RULES, Access, route_table
 from bloom.runtime.app import create_app
-from bloom.settings import RuntimeSettings
-from bloom.storage.tables import api_keys, users
+from bloom.runtime.settings import RuntimeSettings
+from bloom.runtime.storage.tables import api_keys, users
 from tests.conftest import make_settings
 from tests.support.api import API, success
 from tests.support.db import DatabaseProbe

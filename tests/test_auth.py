@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from bloom.runtime.app import create_app
-from bloom.settings import RuntimeSettings
+from bloom.runtime.settings import RuntimeSettings
 from tests.conftest import make_settings
 from tests.support.api import API
 from tests.support.clock import FakeClock

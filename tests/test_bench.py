@@ -17,11 +17,11 @@ from sqlalchemy import create_engine, func, select
 from bloom.bench.http import Endpoint, HttpConnection
 from bloom.bench.runner import BenchOptions, run_bench
 from bloom.bench.stats import Latency, percentile
+from bloom.db.database import resolve_database
 from bloom.runtime.container import Container
-from bloom.services.tasks import NewTask
-from bloom.storage import bulk
-from bloom.storage.database import resolve_database
-from bloom.storage.tables import llm_results, llm_tasks, workers
+from bloom.runtime.services.tasks import NewTask
+from bloom.runtime.storage import bulk
+from bloom.runtime.storage.tables import llm_results, llm_tasks, workers
 
 BLOOM = [sys.executable, "-m", "bloom.cli.main"]
 

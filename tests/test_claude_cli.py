@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bloom import claude_cli
 from bloom.cli.main import app
+from bloom.worker import claude_cli
 
 
 def executable(path: Path, body: str = "#!/bin/sh\necho fake\n") -> Path:

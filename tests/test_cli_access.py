@@ -14,7 +14,7 @@ from typer.testing import CliRunner, Result
 
 from bloom.cli.main import app
 from bloom.runtime import auth
-from bloom.settings import RuntimeSettings
+from bloom.runtime.settings import RuntimeSettings
 from tests.conftest import make_settings
 from tests.test_access import ADMIN_KEY, HEADER, log_in
 

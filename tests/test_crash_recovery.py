@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bloom.storage.tables import llm_tasks
+from bloom.runtime.storage.tables import llm_tasks
 from tests.support.api import API, success
 from tests.support.db import DatabaseProbe
 from tests.support.server import RuntimeProcess

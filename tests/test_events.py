@@ -21,16 +21,16 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
+from bloom.db.database import DatabaseTarget, resolve_database
 from bloom.domain.models import Completion
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
-from bloom.services.events import MAX_DATA_BYTES, End, EventService, Keepalive, NewEvent
-from bloom.services.tasks import NewTask
-from bloom.services.workers import Registration
-from bloom.storage import migrate
-from bloom.storage.database import DatabaseTarget, resolve_database
-from bloom.storage.notifications import QueueListener, payloads
-from bloom.storage.tables import task_events
+from bloom.runtime.services.events import MAX_DATA_BYTES, End, EventService, Keepalive, NewEvent
+from bloom.runtime.services.tasks import NewTask
+from bloom.runtime.services.workers import Registration
+from bloom.runtime.storage.notifications import QueueListener, payloads
+from bloom.runtime.storage.schema import SCHEMA
+from bloom.runtime.storage.tables import task_events
 from tests.conftest import fresh_postgres_url, make_settings
 from tests.support.api import API, claim, create_task, failure, register_worker, success
 from tests.support.clock import FakeClock
@@ -738,7 +738,7 @@ def test_migration_0003_keeps_workers_and_goes_back_down(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     target = _create_empty(kind, tmp_path, request)
-    migrate.upgrade(target, "0002")
+    SCHEMA.upgrade(target, "0002")
     engine = create_engine(target.sync_url)
     try:
         with engine.begin() as conn:
@@ -748,14 +748,14 @@ def test_migration_0003_keeps_workers_and_goes_back_down(
                     "VALUES ('w1', 'w1', '{}', '[]', 1)"
                 )
             )
-        migrate.upgrade(target, "0003")
-        assert migrate.current_revision(target) == "0003"
+        SCHEMA.upgrade(target, "0003")
+        assert SCHEMA.current_revision(target) == "0003"
         with engine.connect() as conn:
             assert list(conn.execute(text("SELECT id, paused_until FROM workers"))) == [
                 ("w1", None)
             ]
             assert "task_events" in inspect(conn).get_table_names()
-        command.downgrade(migrate.alembic_config(target), "0002")
+        command.downgrade(SCHEMA.alembic_config(target), "0002")
         with engine.connect() as conn:
             inspector = inspect(conn)
             assert "task_events" not in inspector.get_table_names()

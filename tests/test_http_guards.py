@@ -17,10 +17,10 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Message
 
-from bloom.http_guards import BodyLimitMiddleware
 from bloom.membridge.app import create_app as create_membridge
 from bloom.runtime.app import create_app as create_runtime
-from bloom.settings import is_loopback
+from bloom.web.guards import BodyLimitMiddleware
+from bloom.web.settings import is_loopback
 from tests.conftest import fresh_sqlite_url, make_settings
 from tests.support.api import API
 from tests.support.membridge import membridge_settings

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bloom.logging import configure_logging
+from bloom.cli.logs import configure_logging
 
 
 @pytest.fixture

@@ -17,15 +17,16 @@ import pytest
 from sqlalchemy import create_engine, insert
 from sqlalchemy.pool import NullPool
 
-from bloom.membridge.rules import canonical_id
-from bloom.membridge.tables import jobs
-from bloom.storage.database import resolve_database
+from bloom.db.database import resolve_database
+from bloom.domain.ids import canonical_id
+from bloom.membridge.storage.tables import jobs
 from tests.support.membridge import (
     ADMIN_HEADER,
     ADMIN_KEY,
     MembridgeProcess,
     fresh_membridge_postgres_url,
 )
+from tests.support.stack import wait_for
 
 pytest_plugins = ["tests.membridge_fixtures"]
 
@@ -153,7 +154,11 @@ def test_access_log_lines_are_json_without_bodies(
 ) -> None:
     marker = unique("body-marker")
     ok(http.post("/projects", json={"name": marker}, headers={"X-Request-ID": marker}), 201)
-    lines = [line for line in server.log().splitlines() if f'"request_id": "{marker}"' in line]
+
+    def logged() -> list[str]:
+        return [line for line in server.log().splitlines() if f'"request_id": "{marker}"' in line]
+
+    lines = wait_for(logged, 5, "the request's access line")  # written once the answer is sent
     assert len(lines) == 1
     assert '"path": "/projects"' in lines[0]
     assert '"status": 201' in lines[0]

@@ -11,7 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from bloom.membridge.app import create_app
-from bloom.settings import SettingsError
+from bloom.web.settings import SettingsError
 from tests.support.membridge import membridge_settings
 
 pytest_plugins = ["tests.membridge_fixtures"]

@@ -10,10 +10,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, MetaData, create_engine, inspect, text
 
-from bloom.membridge.schema import SCHEMA
-from bloom.storage import migrate
-from bloom.storage.database import DatabaseTarget, StorageKind, resolve_database
-from bloom.storage.migrate import RUNTIME, Schema
+from bloom.db.database import DatabaseTarget, StorageKind, resolve_database
+from bloom.db.migrate import Schema
+from bloom.membridge.storage.schema import SCHEMA as MEMBRIDGE_SCHEMA
+from bloom.runtime.storage.schema import SCHEMA as RUNTIME_SCHEMA
 from tests.support.membridge import empty_postgres_url
 
 MEMBRIDGE_TABLES = {
@@ -75,35 +75,35 @@ def table_names(target: DatabaseTarget) -> set[str]:
 
 def assert_at_head(target: DatabaseTarget, schema: Schema) -> None:
     assert differences(target, schema) == []
-    assert migrate.current_revision(target, schema=schema) == migrate.head_revision(schema)
+    assert schema.current_revision(target) == schema.head_revision()
 
 
 def test_the_schema_is_membridges_own() -> None:
-    assert set(SCHEMA.metadata.tables) == MEMBRIDGE_TABLES
-    assert SCHEMA.version_table == "membridge_alembic_version"
-    assert migrate.head_revision(SCHEMA) == "m0001"
-    assert not set(SCHEMA.metadata.tables) & set(RUNTIME.metadata.tables)
+    assert set(MEMBRIDGE_SCHEMA.metadata.tables) == MEMBRIDGE_TABLES
+    assert MEMBRIDGE_SCHEMA.version_table == "membridge_alembic_version"
+    assert MEMBRIDGE_SCHEMA.head_revision() == "m0001"
+    assert not set(MEMBRIDGE_SCHEMA.metadata.tables) & set(RUNTIME_SCHEMA.metadata.tables)
 
 
 def test_upgrade_on_an_empty_database_builds_exactly_the_declared_tables(
     empty_target: DatabaseTarget,
 ) -> None:
-    assert migrate.current_revision(empty_target, schema=SCHEMA) is None
-    migrate.upgrade(empty_target, schema=SCHEMA)
-    assert_at_head(empty_target, SCHEMA)
+    assert MEMBRIDGE_SCHEMA.current_revision(empty_target) is None
+    MEMBRIDGE_SCHEMA.upgrade(empty_target)
+    assert_at_head(empty_target, MEMBRIDGE_SCHEMA)
     assert table_names(empty_target) == MEMBRIDGE_TABLES | {"membridge_alembic_version"}
 
 
 def test_the_comparison_would_see_a_missing_column(empty_target: DatabaseTarget) -> None:
     """The check above can fail: drop a column and autogenerate notices."""
-    migrate.upgrade(empty_target, schema=SCHEMA)
+    MEMBRIDGE_SCHEMA.upgrade(empty_target)
 
     def drop(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE membridge_leadership DROP COLUMN epoch"))
         conn.commit()
 
     with_connection(empty_target, drop)
-    [(kind, *_)] = differences(empty_target, SCHEMA)
+    [(kind, *_)] = differences(empty_target, MEMBRIDGE_SCHEMA)
     assert kind == "add_column"
 
 
@@ -111,13 +111,15 @@ def test_the_comparison_would_see_a_missing_column(empty_target: DatabaseTarget)
 def test_the_runtime_and_membridge_schemas_share_one_database(
     empty_target: DatabaseTarget, runtime_first: bool
 ) -> None:
-    order = [RUNTIME, SCHEMA] if runtime_first else [SCHEMA, RUNTIME]
+    order = (
+        [RUNTIME_SCHEMA, MEMBRIDGE_SCHEMA] if runtime_first else [MEMBRIDGE_SCHEMA, RUNTIME_SCHEMA]
+    )
     for schema in order:
-        migrate.upgrade(empty_target, schema=schema)
+        schema.upgrade(empty_target)
     for schema in order:
         assert_at_head(empty_target, schema)
     assert table_names(empty_target) == (
-        set(RUNTIME.metadata.tables)
+        set(RUNTIME_SCHEMA.metadata.tables)
         | MEMBRIDGE_TABLES
         | {"alembic_version", "membridge_alembic_version"}
     )
@@ -126,8 +128,8 @@ def test_the_runtime_and_membridge_schemas_share_one_database(
 def test_upgrading_twice_keeps_data_and_downgrading_leaves_the_runtime_alone(
     empty_target: DatabaseTarget,
 ) -> None:
-    migrate.upgrade(empty_target, schema=RUNTIME)
-    migrate.upgrade(empty_target, schema=SCHEMA)
+    RUNTIME_SCHEMA.upgrade(empty_target)
+    MEMBRIDGE_SCHEMA.upgrade(empty_target)
 
     def seed(conn: Connection) -> None:
         conn.execute(text("INSERT INTO runtime_settings (key, value) VALUES ('k', 'kept')"))
@@ -145,15 +147,15 @@ def test_upgrading_twice_keeps_data_and_downgrading_leaves_the_runtime_alone(
         return settings, projects
 
     with_connection(empty_target, seed)
-    migrate.upgrade(empty_target, schema=SCHEMA)
+    MEMBRIDGE_SCHEMA.upgrade(empty_target)
     assert with_connection(empty_target, read) == ([("k", "kept")], [("garden",)])
-    assert_at_head(empty_target, SCHEMA)
+    assert_at_head(empty_target, MEMBRIDGE_SCHEMA)
 
-    command.downgrade(migrate.alembic_config(empty_target, SCHEMA), "base")
-    assert migrate.current_revision(empty_target, schema=SCHEMA) is None
+    command.downgrade(MEMBRIDGE_SCHEMA.alembic_config(empty_target), "base")
+    assert MEMBRIDGE_SCHEMA.current_revision(empty_target) is None
     assert table_names(empty_target) == (
-        set(RUNTIME.metadata.tables) | {"alembic_version", "membridge_alembic_version"}
+        set(RUNTIME_SCHEMA.metadata.tables) | {"alembic_version", "membridge_alembic_version"}
     )
-    assert_at_head(empty_target, RUNTIME)
-    migrate.upgrade(empty_target, schema=SCHEMA)
-    assert_at_head(empty_target, SCHEMA)
+    assert_at_head(empty_target, RUNTIME_SCHEMA)
+    MEMBRIDGE_SCHEMA.upgrade(empty_target)
+    assert_at_head(empty_target, MEMBRIDGE_SCHEMA)

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bloom.membridge.rules import canonical_id
+from bloom.domain.ids import canonical_id
 from tests.conftest import fresh_postgres_url
 from tests.support.membridge import MembridgeProcess, membridge_env, run_membridge_cli
 

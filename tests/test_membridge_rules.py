@@ -3,18 +3,18 @@ and how the environment is read. No I/O."""
 
 import pytest
 
+from bloom.domain.ids import canonical_id
 from bloom.membridge.models import HeartbeatProject, Leadership, Project
 from bloom.membridge.rules import (
     ProjectEntry,
     Role,
-    canonical_id,
     expires_at,
     in_force,
     project_listing,
     role_of,
 )
 from bloom.membridge.settings import load_membridge_settings
-from bloom.settings import SettingsError
+from bloom.web.settings import SettingsError
 
 T0 = 1_800_000_000_000
 

@@ -5,12 +5,13 @@ import asyncio
 
 import pytest
 
+from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.ids import canonical_id
 from bloom.membridge.container import Container
 from bloom.membridge.models import Job
-from bloom.membridge.rules import Role, canonical_id
+from bloom.membridge.rules import Role
 from bloom.membridge.services.agents import Registration
 from bloom.membridge.services.fleet import Heartbeat, NodeView
-from bloom.services.errors import Conflict, NotFound
 from tests.support.clock import FakeClock
 
 pytest_plugins = ["tests.membridge_fixtures"]

@@ -16,9 +16,9 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Index, UnaryExpression, create_engine, inspect, text
 from sqlalchemy.sql import operators
 
-import bloom.storage.migrate as migrate
-from bloom.storage.database import DatabaseTarget, StorageKind, resolve_database
-from bloom.storage.tables import metadata
+from bloom.db.database import DatabaseTarget, StorageKind, resolve_database
+from bloom.runtime.storage.schema import SCHEMA
+from bloom.runtime.storage.tables import metadata
 from tests.support.postgres import PostgresCluster
 
 RUNTIME_ENV = ("DATABASE_URL", "BLOOM_DATABASE_URL", "BLOOM_DATA_DIR", "RUNTIME_API_KEY")
@@ -152,7 +152,7 @@ def assert_schema_is_exactly_metadata(target: DatabaseTarget) -> None:
     assert schema_differences(target) == []
     assert reflected_indexes(target) == declared_indexes(target.kind)
     assert table_names(target) == set(metadata.tables) | {"alembic_version"}
-    assert migrate.current_revision(target) == migrate.head_revision()
+    assert SCHEMA.current_revision(target) == SCHEMA.head_revision()
 
 
 def test_declared_schema_has_the_partial_queue_indexes() -> None:
@@ -173,14 +173,14 @@ def test_upgrade_on_an_empty_database_builds_exactly_the_declared_schema(
     """After `upgrade`, autogenerate finds nothing to change: same tables, columns, types,
     nullability and unique constraints; the same indexes, incl. partial predicates and DESC."""
     assert table_names(empty_db.target) == set()
-    assert migrate.current_revision(empty_db.target) is None
-    migrate.upgrade(empty_db.target)
+    assert SCHEMA.current_revision(empty_db.target) is None
+    SCHEMA.upgrade(empty_db.target)
     assert_schema_is_exactly_metadata(empty_db.target)
 
 
 def test_upgrading_twice_is_a_no_op(empty_db: EmptyDatabase) -> None:
     """A second upgrade changes nothing: schema, revision and data are as they were."""
-    migrate.upgrade(empty_db.target)
+    SCHEMA.upgrade(empty_db.target)
 
     def seed(conn: Connection) -> None:
         conn.execute(text("INSERT INTO runtime_settings (key, value) VALUES ('k', 'kept')"))
@@ -188,7 +188,7 @@ def test_upgrading_twice_is_a_no_op(empty_db: EmptyDatabase) -> None:
 
     with_connection(empty_db.target, seed)
     before = reflected_indexes(empty_db.target)
-    migrate.upgrade(empty_db.target)
+    SCHEMA.upgrade(empty_db.target)
     assert reflected_indexes(empty_db.target) == before
     assert_schema_is_exactly_metadata(empty_db.target)
 
@@ -199,16 +199,16 @@ def test_upgrading_twice_is_a_no_op(empty_db: EmptyDatabase) -> None:
 
     settings, versions = with_connection(empty_db.target, read)
     assert [tuple(row) for row in settings] == [("k", "kept")]
-    assert [tuple(row) for row in versions] == [(migrate.head_revision(),)]
+    assert [tuple(row) for row in versions] == [(SCHEMA.head_revision(),)]
 
 
 def test_downgrade_to_base_then_upgrade_again(empty_db: EmptyDatabase) -> None:
     """Downgrading to base removes every table; upgrading again rebuilds the exact schema."""
-    migrate.upgrade(empty_db.target)
-    command.downgrade(migrate.alembic_config(empty_db.target), "base")
+    SCHEMA.upgrade(empty_db.target)
+    command.downgrade(SCHEMA.alembic_config(empty_db.target), "base")
     assert table_names(empty_db.target) <= {"alembic_version"}
-    assert migrate.current_revision(empty_db.target) is None
-    migrate.upgrade(empty_db.target)
+    assert SCHEMA.current_revision(empty_db.target) is None
+    SCHEMA.upgrade(empty_db.target)
     assert_schema_is_exactly_metadata(empty_db.target)
 
 
@@ -256,7 +256,7 @@ def test_cli_db_upgrade_migrates_an_empty_database(empty_db: EmptyDatabase, tmp_
     env = cli_env(tmp_path, empty_db.url)
     upgraded = run_cli("db", "upgrade", env=env, cwd=tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    head = migrate.head_revision()
+    head = SCHEMA.head_revision()
     assert f"At revision {head}." in upgraded.stdout
     assert_schema_is_exactly_metadata(empty_db.target)
     if empty_db.target.kind is StorageKind.POSTGRESQL:

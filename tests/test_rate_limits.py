@@ -30,13 +30,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from bloom import rate_limit
-from bloom.client_address import client_address, client_scheme, parse_networks
 from bloom.membridge.app import create_app as create_membridge_app
 from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
-from bloom.rate_limit import Budget, Verdict, make_storage, shown_url
 from bloom.runtime.app import create_app
-from bloom.settings import RuntimeSettings, SettingsError, load_runtime_settings
+from bloom.runtime.settings import RuntimeSettings, load_runtime_settings
+from bloom.web import rate_limit
+from bloom.web.client_address import client_address, client_scheme, parse_networks
+from bloom.web.rate_limit import Budget, Verdict, make_storage, shown_url
+from bloom.web.settings import SettingsError
 from tests.conftest import fresh_postgres_url, fresh_sqlite_url, make_settings, unavailable
 from tests.support.api import API, claim, create_task, register_worker
 from tests.support.clock import FakeClock

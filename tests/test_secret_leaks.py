@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from bloom.storage.tables import metadata
+from bloom.runtime.storage.tables import metadata
 from tests.support.db import DatabaseProbe
 from tests.support.stack import Stack
 

@@ -12,10 +12,10 @@ from sqlalchemy import insert, select
 from structlog.testing import capture_logs
 
 from bloom.runtime.app import create_app
-from bloom.secret_box import PREFIX, SecretBox, SecretUnreadable
-from bloom.secret_key import resolve_secret_key
-from bloom.settings import RuntimeSettings
-from bloom.storage.tables import audit_logs, runtime_settings
+from bloom.runtime.secret_box import PREFIX, SecretBox, SecretUnreadable
+from bloom.runtime.secret_key import resolve_secret_key
+from bloom.runtime.settings import RuntimeSettings
+from bloom.runtime.storage.tables import audit_logs, runtime_settings
 from tests.conftest import make_settings
 from tests.support.api import API
 from tests.support.clock import FakeClock

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bloom.settings import RuntimeSettings
-from bloom.storage.database import DatabaseUrlError, StorageKind, resolve_database
+from bloom.db.database import DatabaseUrlError, StorageKind, resolve_database
+from bloom.runtime.settings import RuntimeSettings
 
 SEED_NAMES = [
     "DATABASE_URL",

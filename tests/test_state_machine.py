@@ -29,13 +29,19 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import func, select
 
+from bloom.domain.errors import Conflict, ServiceError, Unavailable
 from bloom.domain.models import Completion
 from bloom.runtime.container import Container, build_container
-from bloom.services.errors import Conflict, ServiceError, Unavailable
-from bloom.services.tasks import NewTask
-from bloom.services.workers import Registration
-from bloom.storage.repositories import Repositories
-from bloom.storage.tables import audit_logs, leases, llm_results, llm_tasks, runtime_artifacts
+from bloom.runtime.services.tasks import NewTask
+from bloom.runtime.services.workers import Registration
+from bloom.runtime.storage.repositories import Repositories
+from bloom.runtime.storage.tables import (
+    audit_logs,
+    leases,
+    llm_results,
+    llm_tasks,
+    runtime_artifacts,
+)
 from tests.conftest import fresh_postgres_url, fresh_sqlite_url, make_settings
 from tests.support.clock import FakeClock
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bloom import claude_cli
 from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, banner, plan
+from bloom.worker import claude_cli
 from tests.conftest import unavailable
 from tests.support.net import free_port
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import insert
 
 from bloom.domain.ids import new_id
-from bloom.storage.tables import audit_logs
+from bloom.runtime.storage.tables import audit_logs
 from tests.support.api import API, create_task, register_worker
 from tests.support.clock import FakeClock
 

@@ -9,9 +9,9 @@ import pytest
 
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
-from bloom.echo_model import Script
 from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
+from bloom.worker.echo_model import Script
 from bloom.worker.outcome import (
     Outcome,
     RunReport,

@@ -12,8 +12,14 @@ from sqlalchemy import ColumnElement, Table, create_engine, func, select
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import Select
 
-from bloom.storage.database import resolve_database
-from bloom.storage.tables import audit_logs, leases, llm_results, llm_tasks, runtime_artifacts
+from bloom.db.database import resolve_database
+from bloom.runtime.storage.tables import (
+    audit_logs,
+    leases,
+    llm_results,
+    llm_tasks,
+    runtime_artifacts,
+)
 
 
 class DatabaseProbe:

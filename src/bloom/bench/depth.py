@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from bloom.bench.api import RuntimeApi, Tally
 from bloom.bench.http import Endpoint
 from bloom.bench.stats import Latency
-from bloom.storage import bulk
-from bloom.storage.database import DatabaseTarget
+from bloom.db.database import DatabaseTarget
+from bloom.runtime.storage import bulk
 
 FillProgress = Callable[[int, int], bulk.Progress]
 """Given (depth, rows to insert), returns the callback told of each inserted chunk."""

@@ -14,7 +14,7 @@ from bloom.bench.cycle import CycleReport, run_cycles
 from bloom.bench.depth import DepthReport, FillProgress, run_depths
 from bloom.bench.http import Endpoint
 from bloom.bench.server import OwnServer
-from bloom.storage.database import StorageKind, resolve_database
+from bloom.db.database import StorageKind, resolve_database
 
 
 class BenchUsageError(ValueError):

@@ -14,13 +14,13 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 
 from bloom.cli.common import runtime_settings
+from bloom.db.database import Database
+from bloom.domain.clock import system_clock
+from bloom.domain.errors import ServiceError
 from bloom.domain.identity import Role
-from bloom.services.clock import system_clock
-from bloom.services.credentials import CredentialService
-from bloom.services.errors import ServiceError
-from bloom.storage import migrate
-from bloom.storage.database import Database
-from bloom.storage.repositories import Repositories
+from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.storage.repositories import Repositories
+from bloom.runtime.storage.schema import SCHEMA
 
 keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
 users = typer.Typer(help="People who log in to the dashboard.", no_args_is_help=True)
@@ -36,7 +36,7 @@ def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
     """`action` on the runtime's database, with service refusals as one red line."""
     settings, target = runtime_settings()
     if settings.migrate_on_start:
-        migrate.upgrade(target)
+        SCHEMA.upgrade(target)
 
     async def go() -> T:
         db = Database(target, Repositories, pool_size=1)

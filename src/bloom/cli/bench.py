@@ -16,8 +16,8 @@ from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
 from bloom.bench.server import ServerError
-from bloom.storage import bulk
-from bloom.storage.database import DatabaseUrlError
+from bloom.db.database import DatabaseUrlError
+from bloom.runtime.storage import bulk
 
 
 def _depths(value: str | None) -> list[int]:

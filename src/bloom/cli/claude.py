@@ -2,7 +2,7 @@
 
 import typer
 
-from bloom import claude_cli
+from bloom.worker import claude_cli
 
 app = typer.Typer(help="The Claude CLI the worker runs.", no_args_is_help=True)
 

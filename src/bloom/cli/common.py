@@ -4,8 +4,9 @@ from typing import Any, NoReturn
 
 import typer
 
-from bloom.settings import RuntimeSettings, SettingsError, load_runtime_settings
-from bloom.storage.database import DatabaseTarget, DatabaseUrlError, resolve_database
+from bloom.db.database import DatabaseTarget, DatabaseUrlError, resolve_database
+from bloom.runtime.settings import RuntimeSettings, load_runtime_settings
+from bloom.web.settings import SettingsError
 
 
 def runtime_settings(**overrides: object) -> tuple[RuntimeSettings, DatabaseTarget]:

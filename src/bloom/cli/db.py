@@ -3,7 +3,7 @@
 import typer
 
 from bloom.cli.common import runtime_settings
-from bloom.storage import migrate
+from bloom.runtime.storage.schema import SCHEMA
 
 app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
@@ -13,13 +13,13 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> 
     """Migrate the runtime's database (DATABASE_URL, or SQLite under BLOOM_DATA_DIR)."""
     _, target = runtime_settings()
     typer.echo(f"Migrating {target.display} to {revision} …")
-    migrate.upgrade(target, revision)
-    typer.echo(f"At revision {migrate.current_revision(target)}.")
+    SCHEMA.upgrade(target, revision)
+    typer.echo(f"At revision {SCHEMA.current_revision(target)}.")
 
 
 @app.command()
 def current() -> None:
     """Show the database's schema revision and the newest one this version knows."""
     _, target = runtime_settings()
-    typer.echo(f"database: {migrate.current_revision(target) or 'empty'}")
-    typer.echo(f"head:     {migrate.head_revision()}")
+    typer.echo(f"database: {SCHEMA.current_revision(target) or 'empty'}")
+    typer.echo(f"head:     {SCHEMA.head_revision()}")

@@ -1,11 +1,12 @@
-"""`bloom echo-model serve`: the loopback stand-in for the Anthropic API (see bloom.echo_model)."""
+"""`bloom echo-model serve`: the loopback stand-in for the Anthropic API
+(see bloom.worker.echo_model)."""
 
 from typing import Annotated
 
 import typer
 import uvicorn
 
-from bloom.echo_model import create_app
+from bloom.worker.echo_model import create_app
 
 app = typer.Typer(
     help="A stand-in for the Anthropic API that echoes every prompt (demos and tests).",

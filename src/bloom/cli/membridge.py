@@ -7,14 +7,13 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 
 from bloom.cli.common import uvicorn_options
-from bloom.logging import configure_logging
+from bloom.cli.logs import configure_logging
+from bloom.db.database import DatabaseTarget, DatabaseUrlError
 from bloom.membridge.app import create_app
 from bloom.membridge.container import database_target
-from bloom.membridge.schema import SCHEMA
 from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
-from bloom.settings import SettingsError
-from bloom.storage import migrate
-from bloom.storage.database import DatabaseTarget, DatabaseUrlError
+from bloom.membridge.storage.schema import SCHEMA
+from bloom.web.settings import SettingsError
 
 app = typer.Typer(help="The Membridge control plane.", no_args_is_help=True)
 db_app = typer.Typer(help="Membridge's database schema.", no_args_is_help=True)
@@ -40,7 +39,7 @@ def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
 
 def _upgrade(target: DatabaseTarget, revision: str = "head") -> None:
     try:
-        migrate.upgrade(target, revision, schema=SCHEMA)
+        SCHEMA.upgrade(target, revision)
     except SQLAlchemyError as exc:
         lines = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
         typer.secho(
@@ -90,12 +89,12 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> 
     _, target = _settings()
     typer.echo(f"Migrating {target.display} to {revision} …")
     _upgrade(target, revision)
-    typer.echo(f"At revision {migrate.current_revision(target, schema=SCHEMA)}.")
+    typer.echo(f"At revision {SCHEMA.current_revision(target)}.")
 
 
 @db_app.command()
 def current() -> None:
     """Show the database's Membridge schema revision and the newest one this version knows."""
     _, target = _settings()
-    typer.echo(f"database: {migrate.current_revision(target, schema=SCHEMA) or 'empty'}")
-    typer.echo(f"head:     {migrate.head_revision(SCHEMA)}")
+    typer.echo(f"database: {SCHEMA.current_revision(target) or 'empty'}")
+    typer.echo(f"head:     {SCHEMA.head_revision()}")

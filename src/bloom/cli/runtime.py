@@ -8,12 +8,12 @@ import typer
 import uvicorn
 
 from bloom.cli.common import _fail, runtime_settings, uvicorn_options
-from bloom.logging import configure_logging
+from bloom.cli.logs import configure_logging
+from bloom.db.database import StorageKind
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
-from bloom.settings import SettingsError
-from bloom.storage import migrate
-from bloom.storage.database import StorageKind
+from bloom.runtime.storage.schema import SCHEMA
+from bloom.web.settings import SettingsError
 
 app = typer.Typer(help="The runtime server.", no_args_is_help=True)
 log = structlog.get_logger("bloom.runtime")
@@ -49,7 +49,7 @@ def serve(
     if workers > 1 and target.kind is StorageKind.SQLITE:
         raise typer.BadParameter("several processes need PostgreSQL", param_hint="--workers")
     if migrate_db and settings.migrate_on_start:
-        migrate.upgrade(target)
+        SCHEMA.upgrade(target)
     common = uvicorn_options(settings.host, settings.port)
     if workers == 1:
         uvicorn.run(create_app(settings), **common)

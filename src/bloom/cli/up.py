@@ -20,7 +20,6 @@ import click
 import httpx
 import typer
 
-from bloom import claude_cli
 from bloom.cli.supervisor import (
     ChildFailed,
     ChildSpec,
@@ -31,6 +30,7 @@ from bloom.cli.supervisor import (
     http_ready,
     port_in_use,
 )
+from bloom.worker import claude_cli
 from bloom.worker.settings import default_worker_name
 
 HOST = "127.0.0.1"

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from bloom.cli.logs import configure_logging
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -21,8 +22,7 @@ from bloom.cli.remote import (
     styled_status,
 )
 from bloom.domain.fleet import WORKER_ID
-from bloom.logging import configure_logging
-from bloom.settings import SettingsError
+from bloom.web.settings import SettingsError
 from bloom.worker.settings import WorkerSettings, load_worker_settings
 
 app = typer.Typer(help="Workers: run one here, or list the runtime's.", no_args_is_help=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from bloom.services.clock import Clock
+from bloom.domain.clock import Clock
 
 ADMIN_HEADER = "X-MEMBRIDGE-ADMIN"
 Credentials = Callable[[], Awaitable[tuple[str, str]]]

@@ -1,5 +1,7 @@
-"""Time-ordered UUIDs (version 7): ids sort by creation, keeping indexes and audit order tidy."""
+"""Ids: time-ordered UUIDs (version 7), which sort by creation and keep indexes and audit order
+tidy; and a project's canonical id, the same on every node and in the reference's tools."""
 
+import hashlib
 import os
 import threading
 import uuid
@@ -23,3 +25,8 @@ def new_id(now_ms: int) -> str:
     rand = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
     return str(uuid.UUID(int=value))
+
+
+def canonical_id(name: str) -> str:
+    """A project's canonical id: the first 16 hex digits of the SHA-256 of its UTF-8 name."""
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]

@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI
 
-from bloom.http_guards import install_http_guards
+from bloom.domain.clock import Clock, system_clock
 from bloom.membridge import API_VERSION
 from bloom.membridge.api import agents, fleet, jobs, projects, system
 from bloom.membridge.auth import AdminKeyMiddleware
@@ -15,9 +15,9 @@ from bloom.membridge.http import install_error_handlers, invalid_query
 from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
-from bloom.rate_limit import RateLimiter, RateLimitMiddleware
-from bloom.request_log import RequestLogMiddleware
-from bloom.services.clock import Clock, system_clock
+from bloom.web.guards import install_http_guards
+from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
+from bloom.web.request_log import RequestLogMiddleware
 
 log = structlog.get_logger("bloom.membridge")
 

@@ -2,14 +2,14 @@
 
 from dataclasses import dataclass
 
-from bloom.membridge.repositories import MembridgeDatabase, MembridgeRepositories
+from bloom.db.database import Database, DatabaseTarget, resolve_database
+from bloom.domain.clock import Clock, system_clock
 from bloom.membridge.services.agents import AgentService
 from bloom.membridge.services.fleet import FleetService
 from bloom.membridge.services.jobs import JobService
 from bloom.membridge.services.projects import ProjectService
 from bloom.membridge.settings import DEFAULT_DATABASE_NAME, MembridgeSettings
-from bloom.services.clock import Clock, system_clock
-from bloom.storage.database import Database, DatabaseTarget, resolve_database
+from bloom.membridge.storage.repositories import MembridgeDatabase, MembridgeRepositories
 
 
 @dataclass

@@ -10,7 +10,7 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from bloom.services.errors import Conflict, NotFound, ServiceError
+from bloom.domain.errors import Conflict, NotFound, ServiceError
 
 SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409}
 NUL_MESSAGE = "Must not contain NUL characters"

@@ -1,10 +1,10 @@
-"""Membridge's error answers in its OpenAPI document (see `bloom.openapi_errors`)."""
+"""Membridge's error answers in its OpenAPI document (see `bloom.web.openapi_errors`)."""
 
 from fastapi import FastAPI
 
 from bloom.membridge.auth import UNAUTHORIZED
 from bloom.membridge.settings import MembridgeSettings
-from bloom.openapi_errors import Declared, document_errors, message_schema
+from bloom.web.openapi_errors import Declared, document_errors, message_schema
 
 ERRORS: Declared = {
     ("POST", "/projects"): {"409": "A project of that name exists"},

@@ -13,7 +13,7 @@ from bloom.domain.identity import Identity, Kind, Role
 from bloom.domain.secrets import key_matches
 from bloom.membridge.auth import HEADER
 from bloom.membridge.settings import MembridgeSettings
-from bloom.rate_limit import Budget, Charge, Policy, rate_key
+from bloom.web.rate_limit import Budget, Charge, Policy, rate_key
 
 UNLIMITED = frozenset({"/health"})
 ADMIN = Identity(Kind.ADMIN_KEY, "admin", Role.ADMIN)

@@ -1,9 +1,8 @@
-"""Pure rules of the control plane: canonical ids, node roles, the project listing.
+"""Pure rules of the control plane: node roles, the project listing.
 
 No I/O, and time is passed in (epoch milliseconds), so every rule is testable on its own.
 """
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,11 +14,6 @@ class Role(StrEnum):
     PRIMARY = "primary"
     SECONDARY = "secondary"
     UNKNOWN = "unknown"
-
-
-def canonical_id(name: str) -> str:
-    """A project's canonical id: the first 16 hex digits of the SHA-256 of its UTF-8 name."""
-    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
 
 
 def in_force(leadership: Leadership | None, now: int) -> bool:

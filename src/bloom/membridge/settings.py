@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
-from bloom.settings import (
+from bloom.web.settings import (
     ServerSettings,
     SettingsError,
     check_rate_limit_storage,

@@ -7,10 +7,7 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import HTMLResponse
 
 from bloom import __version__
-from bloom.client_address import client_address
-from bloom.http_guards import install_http_guards
-from bloom.rate_limit import RateLimiter, RateLimitMiddleware
-from bloom.request_log import RequestLogMiddleware
+from bloom.domain.clock import Clock, system_clock
 from bloom.runtime.access import authorize
 from bloom.runtime.api import (
     events,
@@ -28,10 +25,13 @@ from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
+from bloom.runtime.secret_key import resolve_secret_key
 from bloom.runtime.sessions import SessionCodec
-from bloom.secret_key import resolve_secret_key
-from bloom.services.clock import Clock, system_clock
-from bloom.settings import RuntimeSettings
+from bloom.runtime.settings import RuntimeSettings
+from bloom.web.client_address import client_address
+from bloom.web.guards import install_http_guards
+from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
+from bloom.web.request_log import RequestLogMiddleware
 
 INDEX = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>BLOOM Runtime</title></head>

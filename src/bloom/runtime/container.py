@@ -5,27 +5,27 @@ from dataclasses import dataclass, field
 
 from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
 from bloom.clients.membridge import MembridgeClient
+from bloom.db.database import Database, StorageKind, resolve_database
+from bloom.domain.clock import Clock, system_clock
 from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
-from bloom.secret_box import SecretBox
-from bloom.secret_key import resolve_secret_key
-from bloom.services.clock import Clock, system_clock
-from bloom.services.completion import CompletionService
-from bloom.services.config import ConfigService
-from bloom.services.credentials import CredentialService
-from bloom.services.events import EventService
-from bloom.services.expiry import LeaseReaper
-from bloom.services.leasing import LeaseService, LeaseSettings
-from bloom.services.membridge import MembridgeService
-from bloom.services.records import RecordService
-from bloom.services.signals import EventSignal, QueueSignal
-from bloom.services.tasks import TaskService
-from bloom.services.worker_sync import WorkerSync
-from bloom.services.workers import WorkerService
-from bloom.settings import RuntimeSettings
-from bloom.storage.database import Database, StorageKind, resolve_database
-from bloom.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
-from bloom.storage.repositories import Repositories, RuntimeDatabase
+from bloom.runtime.secret_box import SecretBox
+from bloom.runtime.secret_key import resolve_secret_key
+from bloom.runtime.services.completion import CompletionService
+from bloom.runtime.services.config import ConfigService
+from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.services.events import EventService
+from bloom.runtime.services.expiry import LeaseReaper
+from bloom.runtime.services.leasing import LeaseService, LeaseSettings
+from bloom.runtime.services.membridge import MembridgeService
+from bloom.runtime.services.records import RecordService
+from bloom.runtime.services.signals import EventSignal, QueueSignal
+from bloom.runtime.services.tasks import TaskService
+from bloom.runtime.services.worker_sync import WorkerSync
+from bloom.runtime.services.workers import WorkerService
+from bloom.runtime.settings import RuntimeSettings
+from bloom.runtime.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 
 @dataclass

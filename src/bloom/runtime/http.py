@@ -14,8 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from bloom.runtime.access import unknown_route_refused
-from bloom.services.errors import (
+from bloom.domain.errors import (
     BadGateway,
     Conflict,
     Forbidden,
@@ -24,6 +23,7 @@ from bloom.services.errors import (
     ServiceError,
     Unavailable,
 )
+from bloom.runtime.access import unknown_route_refused
 
 log = structlog.get_logger(__name__)
 

@@ -7,8 +7,8 @@ from typing import Protocol
 
 import structlog
 
-from bloom.services.clock import Clock
-from bloom.services.expiry import LeaseReaper
+from bloom.domain.clock import Clock
+from bloom.runtime.services.expiry import LeaseReaper
 
 log = structlog.get_logger(__name__)
 

@@ -1,10 +1,10 @@
-"""The runtime's error answers in its OpenAPI document (see `bloom.openapi_errors`)."""
+"""The runtime's error answers in its OpenAPI document (see `bloom.web.openapi_errors`)."""
 
 from fastapi import FastAPI
 
-from bloom.openapi_errors import ZOD_FLATTENED, Declared, document_errors, message_schema
 from bloom.runtime.access import RULES, Access
 from bloom.runtime.rate_limits import LIMITED_PREFIXES, UNLIMITED
+from bloom.web.openapi_errors import ZOD_FLATTENED, Declared, document_errors, message_schema
 
 TASK = "/api/runtime/llm-tasks/{task_id}"
 LAPSED = "The task is not in a state for this, or the lease lapsed"

@@ -17,8 +17,8 @@ import re
 from starlette.types import Scope
 
 from bloom.domain.identity import Role
-from bloom.rate_limit import Budget, Charge, Policy, identity_of, rate_key
-from bloom.settings import RuntimeSettings
+from bloom.runtime.settings import RuntimeSettings
+from bloom.web.rate_limit import Budget, Charge, Policy, identity_of, rate_key
 
 LIMITED_PREFIXES = ("/api/runtime/", "/api/membridge/")
 UNLIMITED = frozenset({"/api/runtime/health"})

@@ -15,7 +15,7 @@ import json
 import secrets
 from dataclasses import dataclass
 
-from bloom.secret_key import derive
+from bloom.runtime.secret_key import derive
 
 COOKIE = "bloom_session"
 LOGIN_CSRF_COOKIE = "bloom_login_csrf"

@@ -15,8 +15,8 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
-from bloom.membridge.rules import canonical_id
-from bloom.services.clock import system_clock
+from bloom.domain.clock import system_clock
+from bloom.domain.ids import canonical_id
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import Pause, TaskRun

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from bloom.domain.fleet import WORKER_ID
-from bloom.settings import ServiceSettings, load_settings
+from bloom.web.settings import ServiceSettings, load_settings
 
 
 def _env(*names: str) -> AliasChoices:

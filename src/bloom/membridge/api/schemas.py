@@ -12,9 +12,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from bloom.domain.fleet import WORKER_NAME
-from bloom.http_guards import contains_nul
 from bloom.membridge.models import Agent, Job, Leadership, Node
 from bloom.membridge.rules import ProjectEntry, Role
+from bloom.web.guards import contains_nul
 
 AgentStatus = Literal["online", "offline", "syncing", "error", "unknown"]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\x00-\x1f\x7f]+$")]

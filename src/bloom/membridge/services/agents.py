@@ -3,10 +3,10 @@
 from dataclasses import dataclass
 from typing import Any
 
+from bloom.domain.clock import Clock
+from bloom.domain.errors import NotFound
 from bloom.membridge.models import DEFAULT_CAPABILITIES, Agent
-from bloom.membridge.repositories import MembridgeDatabase
-from bloom.services.clock import Clock
-from bloom.services.errors import NotFound
+from bloom.membridge.storage.repositories import MembridgeDatabase
 
 
 @dataclass(slots=True)

@@ -6,11 +6,11 @@ request (`rules.role_of`), so a choice's expiry needs nobody to act on it.
 
 from dataclasses import dataclass
 
+from bloom.domain.clock import Clock
 from bloom.domain.fleet import epoch_ms
 from bloom.membridge.models import HeartbeatProject, Leadership, Node
-from bloom.membridge.repositories import MembridgeDatabase
 from bloom.membridge.rules import Role, expires_at, in_force, role_of
-from bloom.services.clock import Clock
+from bloom.membridge.storage.repositories import MembridgeDatabase
 
 
 @dataclass(slots=True)

@@ -1,8 +1,8 @@
 """The sync jobs log (read side: nothing in this version starts sync jobs)."""
 
+from bloom.domain.errors import NotFound
 from bloom.membridge.models import Job
-from bloom.membridge.repositories import MembridgeDatabase
-from bloom.services.errors import NotFound
+from bloom.membridge.storage.repositories import MembridgeDatabase
 
 
 class JobService:

@@ -1,10 +1,11 @@
 """Projects: created by operators, or discovered from heartbeats; and the health counts."""
 
+from bloom.domain.clock import Clock
+from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.ids import canonical_id
 from bloom.membridge.models import Project
-from bloom.membridge.repositories import MembridgeDatabase
-from bloom.membridge.rules import ProjectEntry, canonical_id, project_listing
-from bloom.services.clock import Clock
-from bloom.services.errors import Conflict, NotFound
+from bloom.membridge.rules import ProjectEntry, project_listing
+from bloom.membridge.storage.repositories import MembridgeDatabase
 
 
 class ProjectService:

@@ -4,17 +4,17 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Identity, Role, open_access
 from bloom.runtime.container import Container
-from bloom.services.completion import CompletionService
-from bloom.services.config import ConfigService
-from bloom.services.credentials import CredentialService
-from bloom.services.errors import Forbidden
-from bloom.services.events import EventService
-from bloom.services.leasing import LeaseService
-from bloom.services.records import RecordService
-from bloom.services.tasks import TaskService
-from bloom.services.workers import WorkerService
+from bloom.runtime.services.completion import CompletionService
+from bloom.runtime.services.config import ConfigService
+from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.services.events import EventService
+from bloom.runtime.services.leasing import LeaseService
+from bloom.runtime.services.records import RecordService
+from bloom.runtime.services.tasks import TaskService
+from bloom.runtime.services.workers import WorkerService
 
 
 def app_container(request: Request) -> Container:

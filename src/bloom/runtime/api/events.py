@@ -10,13 +10,13 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
+from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Role
 from bloom.domain.models import TaskEvent
 from bloom.runtime.api.deps import Caller, Events, Tasks, acting_worker
 from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
 from bloom.runtime.http import JSON, invalid
-from bloom.services.errors import Forbidden
-from bloom.services.events import End, Keepalive, NewEvent
+from bloom.runtime.services.events import End, Keepalive, NewEvent
 
 router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["events"])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Query, Response
 
 from bloom.runtime.api.deps import AppContainer
 from bloom.runtime.http import JSON
-from bloom.services.membridge import Forwarded
+from bloom.runtime.services.membridge import Forwarded
 
 router = APIRouter(tags=["membridge"])
 Payload = Annotated[dict[str, Any], Body(description="Forwarded to Membridge as it is.")]

@@ -8,7 +8,7 @@ from bloom.domain.models import Artifact, AuditEntry, Lease
 from bloom.domain.states import LeaseStatus
 from bloom.runtime.api.deps import Records
 from bloom.runtime.http import JSON
-from bloom.services.records import Stats
+from bloom.runtime.services.records import Stats
 
 router = APIRouter(prefix="/api/runtime", tags=["records"])
 MAX_PAGE = 5000

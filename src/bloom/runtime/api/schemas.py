@@ -26,14 +26,14 @@ from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
-from bloom.http_guards import contains_nul
-from bloom.services.events import (
+from bloom.runtime.services.events import (
     MAX_DATA_BYTES,
     MAX_EVENTS,
     MAX_TYPE_CHARS,
     EventDataError,
     serialise_data,
 )
+from bloom.web.guards import contains_nul
 
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
 MAX_ID_CHARS = 200

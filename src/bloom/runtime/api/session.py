@@ -14,7 +14,6 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from bloom.client_address import client_scheme
 from bloom.domain.identity import Kind
 from bloom.runtime.api.deps import Caller, Credentials
 from bloom.runtime.http import JSON, error
@@ -27,6 +26,7 @@ from bloom.runtime.sessions import (
     password_stamp,
 )
 from bloom.runtime.sessions import csrf_matches as token_matches
+from bloom.web.client_address import client_scheme
 
 router = APIRouter(tags=["session"])
 MAX_FORM_BYTES = 8 * 1024

@@ -6,7 +6,7 @@ from bloom import __version__
 from bloom.runtime.api.deps import AppContainer, Config
 from bloom.runtime.api.schemas import ConfigBody, Health
 from bloom.runtime.http import JSON
-from bloom.services.config import RuntimeConfig
+from bloom.runtime.services.config import RuntimeConfig
 
 router = APIRouter(prefix="/api/runtime", tags=["system"])
 

@@ -9,7 +9,7 @@ from bloom.domain.states import TaskStatus
 from bloom.runtime.api.deps import Tasks
 from bloom.runtime.api.schemas import CreateTaskBody
 from bloom.runtime.http import JSON, invalid
-from bloom.services.tasks import NewTask
+from bloom.runtime.services.tasks import NewTask
 
 router = APIRouter(prefix="/api/runtime", tags=["tasks"])
 MAX_PAGE = 5000

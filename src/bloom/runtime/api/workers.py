@@ -13,7 +13,7 @@ from bloom.runtime.api.schemas import (
     WorkerDetail,
 )
 from bloom.runtime.http import JSON
-from bloom.services.workers import Registration
+from bloom.runtime.services.workers import Registration
 
 router = APIRouter(prefix="/api/runtime/workers", tags=["workers"])
 

@@ -1,0 +1,224 @@
+"""The database handle: connections, transactions and dialect quirks, for PostgreSQL and SQLite.
+
+Repositories get a `Session` bound to one connection (and, for writes, one transaction) and run
+SQLAlchemy Core statements on it through the executor. PostgreSQL runs on an asyncpg pool with
+JSON decoded by the driver. SQLite runs on aiosqlite: one writer connection, its transactions
+`BEGIN IMMEDIATE` and serialised in-process (so writers queue on a lock instead of spinning on
+SQLITE_BUSY), plus a few reader connections that WAL lets read beside the writer.
+"""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import aiosqlite
+import asyncpg
+import orjson
+from sqlalchemy import Executable
+from sqlalchemy.engine import URL, make_url
+
+from bloom.db.executor import Planner, Row, Session
+
+R = TypeVar("R")
+
+
+class StorageKind(StrEnum):
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+
+
+class DatabaseUrlError(ValueError):
+    """A database URL we cannot use."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseTarget:
+    """Where the tables live: a driver URL for the server, a sync one for Alembic and tools."""
+
+    kind: StorageKind
+    url: URL
+    sync_url: URL
+
+    @property
+    def display(self) -> str:
+        """The URL without its password, for logs and messages."""
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def dsn(self) -> str:
+        """The URL as the driver takes it (PostgreSQL: a libpq URI; SQLite: a file path)."""
+        if self.kind is StorageKind.SQLITE:
+            return self.url.database or ""
+        return self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def resolve_database(
+    url: str | None, data_dir: Path, default_name: str = "runtime.db"
+) -> DatabaseTarget:
+    """Turn a user's database URL (or none: SQLite under `data_dir`) into driver URLs."""
+    if not url:
+        url = f"sqlite:///{(data_dir / default_name).resolve()}"
+    try:
+        parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    except Exception as exc:  # SQLAlchemy raises several types for a malformed URL
+        raise DatabaseUrlError(f"Cannot parse database URL: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        return DatabaseTarget(
+            StorageKind.POSTGRESQL,
+            parsed.set(drivername="postgresql"),
+            parsed.set(drivername="postgresql+psycopg"),
+        )
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise DatabaseUrlError("SQLite needs a file: sqlite:///path/to/runtime.db")
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        return DatabaseTarget(
+            StorageKind.SQLITE,
+            parsed.set(drivername="sqlite"),
+            parsed.set(drivername="sqlite+pysqlite"),
+        )
+    raise DatabaseUrlError(
+        f"Unsupported database URL scheme {parsed.drivername!r}: use postgresql://… or sqlite:///…"
+    )
+
+
+class Database(Generic[R]):
+    """The pools, and the transaction discipline every service uses. `repositories` builds the
+    schema's repositories around a session (`write()` and `read()` hand them out)."""
+
+    READERS = 4
+
+    def __init__(
+        self,
+        target: DatabaseTarget,
+        repositories: Callable[[Session], R],
+        *,
+        pool_size: int = 10,
+        sqlite_synchronous: str = "NORMAL",
+    ):
+        self.target = target
+        self._repositories = repositories
+        self.kind = target.kind
+        self.planner = Planner(target.kind)
+        self._pool_size = pool_size
+        self._sqlite_synchronous = sqlite_synchronous
+        self._opening = asyncio.Lock()
+        self._pool: asyncpg.Pool | None = None
+        self._writer: aiosqlite.Connection | None = None
+        self._write_lock = asyncio.Lock()
+        self._readers: asyncio.Queue[aiosqlite.Connection] | None = None
+
+    async def _open(self) -> None:
+        async with self._opening:
+            if self._pool is not None or self._writer is not None:
+                return
+            if self.kind is StorageKind.POSTGRESQL:
+                self._pool = await asyncpg.create_pool(
+                    self.target.dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    init=_init_postgresql,
+                    reset=_keep_session,
+                    statement_cache_size=512,
+                )
+                return
+            readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+            for _ in range(self.READERS):
+                readers.put_nowait(await self._connect_sqlite())
+            self._writer = await self._connect_sqlite()
+            self._readers = readers
+
+    async def _connect_sqlite(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.target.dsn, isolation_level=None)
+        for pragma in (
+            "PRAGMA journal_mode=WAL",
+            f"PRAGMA synchronous={self._sqlite_synchronous}",
+            "PRAGMA busy_timeout=10000",
+            "PRAGMA foreign_keys=ON",
+        ):
+            await conn.execute(pragma)
+        return conn
+
+    @contextlib.asynccontextmanager
+    async def session(self, *, write: bool) -> AsyncIterator[Session]:
+        """A connection for one unit of work; with `write`, inside one transaction that commits
+        when the block ends and rolls back if it raises."""
+        if self._pool is None and self._writer is None:
+            await self._open()
+        if self._pool is not None:
+            async with self._pool.acquire() as conn:
+                if write:
+                    async with conn.transaction():
+                        yield Session(conn, self.planner)
+                else:
+                    yield Session(conn, self.planner)
+            return
+        if write:
+            assert self._writer is not None
+            async with self._write_lock:
+                await self._writer.execute("BEGIN IMMEDIATE")
+                try:
+                    yield Session(self._writer, self.planner)
+                except BaseException:
+                    await self._writer.execute("ROLLBACK")
+                    raise
+                await self._writer.execute("COMMIT")
+            return
+        assert self._readers is not None
+        reader = await self._readers.get()
+        try:
+            yield Session(reader, self.planner)
+        finally:
+            self._readers.put_nowait(reader)
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[R]:
+        """Every repository, in one read-write transaction."""
+        async with self.session(write=True) as session:
+            yield self._repositories(session)
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[R]:
+        """Every repository, for reads; each statement sees the latest committed state."""
+        async with self.session(write=False) as session:
+            yield self._repositories(session)
+
+    async def execute(
+        self, statement: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[Row]:
+        """One statement in its own transaction."""
+        async with self.session(write=True) as session:
+            return await session.execute(statement, params)
+
+    async def dispose(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+        while self._readers is not None and not self._readers.empty():
+            await self._readers.get_nowait().close()
+        self._readers = None
+
+
+async def _init_postgresql(conn: asyncpg.Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name, schema="pg_catalog", encoder=_json_text, decoder=orjson.loads, format="text"
+        )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Skip asyncpg's reset on release (a round trip of UNLISTEN, RESET ALL and more per
+    transaction): our sessions leave no session state behind. Advisory locks are
+    transaction-scoped, and LISTEN has a connection of its own."""
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()

@@ -1,0 +1,70 @@
+"""What every repository shares: its connection, the dialect, and row-to-entity mapping.
+
+Statements are built once, at import, with named bind parameters, and executed with a dict of
+values: building SQLAlchemy constructs per call costs more CPU than running them. For UPDATEs the
+SET clause comes from the parameter names that match columns; WHERE parameters are prefixed `b_`
+so they never collide with a column.
+"""
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Executable, Table, literal_column
+
+from bloom.db.executor import Row, Session
+
+T = TypeVar("T")
+
+
+class Repository:
+    def __init__(self, session: Session):
+        self.session = session
+        self.kind = session.kind
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.kind == "postgresql"
+
+    async def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return await self.session.execute(stmt, params)
+
+    async def rows(
+        self, stmt: Executable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Plain tuples, for aggregates and pairs."""
+        return [tuple(row.values()) for row in await self.run(stmt, params)]
+
+    async def scalar(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> Any:
+        """The first column of the first row, or None when there is no row."""
+        rows = await self.run(stmt, params)
+        return next(iter(rows[0].values())) if rows else None
+
+    async def one(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> T | None:
+        """The first row of `stmt` as an `entity`, or None."""
+        rows = await self.run(stmt, params)
+        return entity(**rows[0]) if rows else None
+
+    async def all(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> list[T]:
+        return [entity(**row) for row in await self.run(stmt, params)]
+
+
+def entity_columns(table: Table, entity: type[Any]) -> list[Any]:
+    """The table's columns that the entity dataclass has fields for, in field order."""
+    return [table.c[f.name] for f in fields(entity)]
+
+
+def entity_values(entity: Any, columns: list[Any]) -> dict[str, Any]:
+    return {column.name: getattr(entity, column.name) for column in columns}
+
+
+def is_state(column: Any, state: str) -> ColumnElement[bool]:
+    """`column = 'state'` with the state inlined, so partial indexes on it are usable.
+
+    A bound parameter would hide the value from the planner (and from SQLite's partial-index
+    matching), and generic prepared plans would then ignore the partial index.
+    """
+    if not state.isidentifier():
+        raise ValueError(f"not a state name: {state!r}")
+    result: ColumnElement[bool] = column == literal_column(f"'{state}'")
+    return result

@@ -1,5 +1,0 @@
-"""Alembic environment for Membridge's tables (version table `membridge_alembic_version`)."""
-
-from bloom.storage.alembic_env import run_migrations
-
-run_migrations()

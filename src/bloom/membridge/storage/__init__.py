@@ -1,0 +1,1 @@
+"""Membridge's storage: its tables, repositories and migrations."""

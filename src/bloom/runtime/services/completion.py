@@ -1,0 +1,321 @@
+"""A leased attempt's life: heartbeats while it runs, then one atomic, idempotent complete.
+
+Both are fenced by the lease: they name it (or default to the task's current lease, as seed
+clients do), and a lease that expired, was released or was replaced is refused with a conflict
+and changes nothing.
+"""
+
+from dataclasses import dataclass
+
+from bloom.artifacts import ArtifactStore, StoredContent
+from bloom.domain.clock import Clock
+from bloom.domain.errors import Conflict, Forbidden, NotFound
+from bloom.domain.ids import new_id
+from bloom.domain.models import Artifact, Completion, Lease, Result, Task
+from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
+from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
+from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+TASK_OR_LEASE_NOT_FOUND = "Task or lease not found"
+FAILURE_ACTIONS = {
+    TaskStatus.QUEUED: "task_retry_scheduled",
+    TaskStatus.FAILED: "task_failed",
+    TaskStatus.DEAD: "task_dead",
+    TaskStatus.CANCELLED: "task_cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    lease: Lease
+    task_status: str
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    task: Task
+    artifact: Artifact | None
+    result: Result
+    replayed: bool
+
+
+def _lapsed(lease: Lease, task: Task, now: int) -> Conflict:
+    """Why `lease` cannot be used any more."""
+    if task.lease_id != lease.id:
+        reason = f"superseded by lease {task.lease_id}" if task.lease_id else "task was requeued"
+    elif lease.status != LeaseStatus.ACTIVE:
+        reason = lease.status
+    elif lease.expires_at < now:
+        reason = "expired"
+    else:
+        reason = f"task is {task.status}"
+    return Conflict(f"Lease {lease.id} is no longer active ({reason})")
+
+
+def _usage_limit_reset(completion: Completion, now: int) -> int | None:
+    """When a usage limit stopped the attempt: the reset time, before which its worker pauses."""
+    if (
+        completion.status == ResultStatus.ERROR
+        and completion.error_code == ErrorCode.USAGE_LIMIT
+        and completion.retry_at is not None
+        and completion.retry_at > now
+    ):
+        return completion.retry_at
+    return None
+
+
+class CompletionService:
+    def __init__(
+        self,
+        db: RuntimeDatabase,
+        signal: QueueSignal,
+        clock: Clock,
+        store: ArtifactStore,
+        retry: RetryPolicy,
+    ):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+        self.store = store
+        self.retry = retry
+
+    @staticmethod
+    async def _fenced(
+        tx: Repositories,
+        task_id: str,
+        lease_id: str | None,
+        worker_id: str | None,
+        *,
+        completing: bool,
+    ) -> tuple[Task, Lease]:
+        """The task and the lease the caller names (default: the task's current one), checked to
+        belong together and to the caller."""
+        found = await tx.leases.task_with_lease(task_id, lease_id)
+        if found is None:
+            raise NotFound("Task not found" if completing else TASK_OR_LEASE_NOT_FOUND)
+        task, lease = found
+        if lease is None and lease_id is None and completing:
+            raise Conflict(f"Task status is '{task.status}', expected 'leased' or 'running'")
+        if lease is None or lease.task_id != task_id:
+            raise NotFound(TASK_OR_LEASE_NOT_FOUND)
+        if worker_id is not None and lease.worker_id != worker_id:
+            raise Forbidden(
+                f"Lease {lease.id} is held by worker '{lease.worker_id}', not '{worker_id}'"
+            )
+        return task, lease
+
+    @staticmethod
+    async def live_lease(
+        tx: Repositories, task_id: str, lease_id: str, worker_id: str | None, now: int
+    ) -> tuple[Task, Lease]:
+        """For writes on behalf of a running attempt (its events): the task and the lease named,
+        which must be the task's current lease, active and unexpired, and held by `worker_id`
+        when given; otherwise the same refusals heartbeat and complete give (404, 409)."""
+        task, lease = await CompletionService._fenced(
+            tx, task_id, lease_id, worker_id, completing=True
+        )
+        if (
+            task.lease_id != lease.id
+            or task.status not in IN_FLIGHT
+            or lease.status != LeaseStatus.ACTIVE
+            or lease.expires_at < now
+        ):
+            raise _lapsed(lease, task, now)
+        return task, lease
+
+    async def heartbeat(
+        self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
+    ) -> Beat:
+        """Extend a live lease; the first heartbeat moves the task from leased to running."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            if lease_id is None:
+                task = await tx.tasks.get(task_id)
+                if task is None or task.lease_id is None:
+                    raise NotFound(TASK_OR_LEASE_NOT_FOUND)
+                lease_id = task.lease_id
+            renewal = await tx.leases.renew(lease_id, task_id, now)
+            if renewal is None or (worker_id is not None and renewal.lease.worker_id != worker_id):
+                task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=False)
+                raise _lapsed(lease, task, now)
+            lease, status = renewal.lease, renewal.task_status
+            if status == TaskStatus.LEASED:
+                running = await tx.tasks.transition(
+                    task_id,
+                    from_statuses=[TaskStatus.LEASED],
+                    lease_id=lease.id,
+                    values={"status": TaskStatus.RUNNING, "updated_at": now},
+                )
+                if running is not None:
+                    status = running.status
+                    await tx.audit.add(
+                        now,
+                        "task_running",
+                        "llm_task",
+                        task_id,
+                        lease.worker_id,
+                        f"Worker {lease.worker_id} started lease {lease.id}",
+                        task_id=task_id,
+                    )
+        return Beat(lease, status, renewal.cancel_requested)
+
+    async def complete(
+        self,
+        task_id: str,
+        completion: Completion,
+        *,
+        lease_id: str | None = None,
+        worker_id: str | None = None,
+    ) -> Completed:
+        """Record an attempt's end: result, artifact, task status, lease release and audit in one
+        transaction. Repeating it for the same lease returns the first outcome unchanged."""
+        stored = await self.store.put(completion.output) if completion.output is not None else None
+        now = self.clock()
+        pause_until = _usage_limit_reset(completion, now)
+        async with self.db.write() as tx:
+            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=True)
+            if pause_until is not None:
+                # The worker's row before the lease and the task: every writer's lock order.
+                await tx.workers.lock(lease.worker_id)
+            released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
+            if released is None:
+                # Already ended: by this same complete sent before (a replay), or for good.
+                replay = await self._replay(tx, lease, completion)
+                if replay is not None:
+                    return replay
+                raise _lapsed(lease, task, now)
+            finished = await tx.tasks.transition(
+                task.id,
+                from_statuses=IN_FLIGHT,
+                lease_id=lease.id,
+                values=self._next_task_values(task, completion, now),
+            )
+            if finished is None:
+                raise _lapsed(lease, task, now)  # rolls the lease release back too
+            artifact = self._artifact(task.id, completion, stored, now)
+            result = Result(
+                id=new_id(now),
+                task_id=task.id,
+                worker_id=lease.worker_id,
+                artifact_id=artifact.id if artifact else None,
+                status=completion.status,
+                output=completion.output,
+                error_message=completion.error_message,
+                metrics=completion.metrics,
+                completed_at=now,
+                lease_id=lease.id,
+                error_code=completion.error_code,
+            )
+            if artifact is not None:
+                await tx.artifacts.insert(artifact)
+            await tx.results.insert(result)
+            await self._audit(tx, finished, artifact, completion, lease, now)
+            if pause_until is not None:
+                await tx.workers.pause(lease.worker_id, pause_until)
+                await tx.audit.add(
+                    now,
+                    "worker_paused",
+                    "worker",
+                    lease.worker_id,
+                    lease.worker_id,
+                    f"Usage limit: worker {lease.worker_id} takes no work until {pause_until}",
+                    task_id=task.id,
+                )
+        self.signal.changed()
+        return Completed(finished, artifact, result, replayed=False)
+
+    async def _replay(
+        self, tx: Repositories, lease: Lease, completion: Completion
+    ) -> Completed | None:
+        result = await tx.results.get_by_lease(lease.id)
+        if result is None:
+            return None
+        if result.status != completion.status:
+            raise Conflict(f"Lease {lease.id} was already completed with status '{result.status}'")
+        task = await tx.tasks.get(lease.task_id)
+        artifact = await tx.artifacts.get(result.artifact_id) if result.artifact_id else None
+        assert task is not None
+        return Completed(task, artifact, result, replayed=True)
+
+    def _next_task_values(self, task: Task, completion: Completion, now: int) -> dict[str, object]:
+        values: dict[str, object] = {"updated_at": now}
+        if completion.session_id:
+            values["session_id"] = completion.session_id
+        if completion.status == ResultStatus.SUCCESS:
+            return values | {"status": TaskStatus.COMPLETED, "last_error": None}
+        outcome = failure_outcome(
+            ErrorCode(completion.error_code or ErrorCode.ERROR),
+            attempts=task.attempts,
+            max_attempts=task.max_attempts,
+            now=now,
+            retry_at=completion.retry_at,
+            cancel_requested=task.cancel_requested,
+            policy=self.retry,
+        )
+        values |= {"status": outcome.status, "last_error": completion.error_message}
+        if outcome.status == TaskStatus.QUEUED:
+            values |= {
+                "lease_id": None,
+                "worker_id": None,
+                "queued_at": now,
+                "not_before": outcome.not_before,
+                "attempts": task.attempts - 1 if outcome.refund_attempt else task.attempts,
+            }
+        return values
+
+    @staticmethod
+    def _artifact(
+        task_id: str, completion: Completion, stored: StoredContent | None, now: int
+    ) -> Artifact | None:
+        if stored is None:
+            return None
+        return Artifact(
+            id=new_id(now),
+            task_id=task_id,
+            job_id=None,
+            type=completion.artifact_type,
+            created_at=now,
+            finalized=True,
+            url=stored.url,
+            entity_refs=[],
+            tags=completion.artifact_tags,
+            content=stored.content,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            storage=stored.storage,
+        )
+
+    @staticmethod
+    async def _audit(
+        tx: Repositories,
+        task: Task,
+        artifact: Artifact | None,
+        completion: Completion,
+        lease: Lease,
+        now: int,
+    ) -> None:
+        duration = completion.metrics.get("duration_ms")
+        detail = (
+            f"Status: {completion.status}, artifact: {artifact.id if artifact else None}, "
+            f"duration: {duration}ms"
+        )
+        actor = lease.worker_id
+        await tx.audit.add(
+            now, "task_completed", "llm_task", task.id, actor, detail, task_id=task.id
+        )
+        if task.status in FAILURE_ACTIONS:
+            code = completion.error_code or ErrorCode.ERROR
+            next_detail = f"{code}: {completion.error_message}"
+            if task.not_before:
+                next_detail += f"; retry not before {task.not_before}"
+            await tx.audit.add(
+                now,
+                FAILURE_ACTIONS[TaskStatus(task.status)],
+                "llm_task",
+                task.id,
+                actor,
+                next_detail,
+                task_id=task.id,
+            )

@@ -1,0 +1,109 @@
+"""Lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
+
+from bloom.domain.clock import Clock
+from bloom.domain.models import Lease, Task
+from bloom.domain.retry import expiry_outcome
+from bloom.domain.states import IN_FLIGHT, TaskStatus
+from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+REAPER_LOCK_KEY = 0x626C6F6F6D01  # one reaper pass at a time across replicas
+LOST_LEASE_ACTIONS = {
+    TaskStatus.QUEUED: "task_requeued",
+    TaskStatus.DEAD: "task_dead",
+    TaskStatus.CANCELLED: "task_cancelled",
+}
+
+
+async def release_task_of_lost_lease(
+    tx: Repositories, lease: Lease, now: int, *, actor: str, reason: str
+) -> Task | None:
+    """After `lease` ended without a result: requeue its task, or end it as dead (attempts spent)
+    or cancelled (cancel requested). Does nothing if the task has moved on from this lease."""
+    task = await tx.tasks.get(lease.task_id)
+    if task is None or task.lease_id != lease.id or task.status not in IN_FLIGHT:
+        return None
+    next_status = expiry_outcome(
+        attempts=task.attempts,
+        max_attempts=task.max_attempts,
+        cancel_requested=task.cancel_requested,
+    )
+    values: dict[str, object] = {"status": next_status, "updated_at": now}
+    if next_status == TaskStatus.QUEUED:
+        values |= {"lease_id": None, "worker_id": None, "queued_at": now, "not_before": None}
+    updated = await tx.tasks.transition(
+        task.id, from_statuses=IN_FLIGHT, lease_id=lease.id, values=values
+    )
+    if updated is not None:
+        await tx.audit.add(
+            now,
+            LOST_LEASE_ACTIONS[next_status],
+            "llm_task",
+            task.id,
+            actor,
+            f"{reason} (worker {lease.worker_id}, attempt {task.attempts}/{task.max_attempts})",
+            task_id=task.id,
+        )
+    return updated
+
+
+class LeaseReaper:
+    """Expires overdue leases and returns their tasks. Each pass is one transaction, and on
+    PostgreSQL an advisory lock keeps passes of several replicas from overlapping."""
+
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, batch: int = 500):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+        self.batch = batch
+
+    async def reap_once(self) -> int:
+        """Expire up to one batch of overdue leases; returns how many expired."""
+        now = self.clock()
+        lapsed: list[Lease] = []
+        async with self.db.write() as tx:
+            if not await tx.try_singleton_lock(REAPER_LOCK_KEY):
+                return 0
+            for lease_id in await tx.leases.overdue_ids(now, self.batch):
+                lease = await tx.leases.expire(lease_id, now)
+                if lease is None:  # renewed or ended since we listed it
+                    continue
+                lapsed.append(lease)
+                await tx.audit.add(
+                    now,
+                    "lease_expired",
+                    "lease",
+                    lease.id,
+                    "reaper",
+                    f"Lease of task {lease.task_id} on worker {lease.worker_id} expired",
+                    task_id=lease.task_id,
+                )
+                await release_task_of_lost_lease(
+                    tx, lease, now, actor="reaper", reason="Lease expired"
+                )
+        if lapsed:
+            await self._mark_silent_workers(lapsed, now)
+            self.signal.changed()
+        return len(lapsed)
+
+    async def _mark_silent_workers(self, lapsed: list[Lease], now: int) -> None:
+        """A worker silent since its lapsed lease's last heartbeat is presumed gone: offline
+        until its next claim or registration, so it gets no pushed leases and holds no
+        context's tasks for itself. A transaction of its own, after the leases': every other
+        writer that locks a worker row does so before touching leases."""
+        async with self.db.write() as tx:
+            for lease in sorted(lapsed, key=lambda lease: lease.worker_id):  # one lock order
+                if await tx.workers.mark_gone(lease.worker_id, lease.last_heartbeat):
+                    await tx.audit.add(
+                        now,
+                        "worker_offline",
+                        "worker",
+                        lease.worker_id,
+                        "reaper",
+                        f"Worker {lease.worker_id} silent since its lease {lease.id} lapsed",
+                    )
+
+    async def next_expiry(self) -> int | None:
+        """When the earliest active lease expires (epoch ms), if any."""
+        async with self.db.read() as tx:
+            return await tx.leases.next_expiry()

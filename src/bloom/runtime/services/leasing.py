@@ -1,0 +1,212 @@
+"""Granting leases: the seed's push-style `lease` and the worker's long-polling `claim`.
+
+Every grant runs in one write transaction that first locks the worker's row, then counts the
+worker's active leases, then compare-and-sets the task from `queued` to `leased`. So two grants
+can never take the same task, and no worker is ever given more than `max_concurrency` leases.
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bloom.domain.clock import Clock
+from bloom.domain.errors import Conflict, NotFound, Unavailable
+from bloom.domain.ids import new_id
+from bloom.domain.models import Lease, Task, Worker
+from bloom.domain.routing import WorkerLoad, pick_worker
+from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
+from bloom.runtime.services.signals import QueueSignal, wait_for_signal
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+NO_WORKER = "No available worker with free capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseSettings:
+    ttl_sec: int = 300
+    claim_ack_sec: int = 30
+    claim_recheck_sec: float = 2.0
+    sticky_wait_ms: int = 30_000
+    worker_live_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    lease: Lease
+    task: Task
+
+
+def _load(worker: Worker, active: int) -> WorkerLoad:
+    return WorkerLoad(
+        id=worker.id,
+        status=worker.status,
+        claude_cli=worker.claude_cli,
+        max_concurrency=worker.max_concurrency,
+        active_leases=active,
+        last_heartbeat=worker.last_heartbeat,
+        paused_until=worker.paused_until,
+    )
+
+
+class LeaseService:
+    def __init__(
+        self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, settings: LeaseSettings
+    ):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+        self.settings = settings
+
+    async def lease(
+        self, task_id: str, *, worker_id: str | None = None, ttl_sec: int | None = None
+    ) -> tuple[Lease, Worker]:
+        """Lease a queued task to `worker_id`, or to the worker `pick_worker` chooses."""
+        now = self.clock()
+        ttl = ttl_sec or self.settings.ttl_sec
+        async with self.db.write() as tx:
+            task = await tx.tasks.get(task_id)
+            if task is None:
+                raise NotFound("Task not found")
+            if task.status != TaskStatus.QUEUED:
+                raise Conflict(f"Task status is '{task.status}', expected 'queued'")
+            worker = await self._reserve_slot(tx, task, worker_id, now)
+            lease = Lease(
+                id=new_id(now),
+                task_id=task.id,
+                worker_id=worker.id,
+                started_at=now,
+                expires_at=now + ttl * 1000,
+                ttl_seconds=ttl,
+                status=LeaseStatus.ACTIVE,
+                last_heartbeat=now,
+                context_id=task.context_id,
+            )
+            leased = await tx.tasks.lease_queued(
+                task.id, lease_id=lease.id, worker_id=worker.id, now=now
+            )
+            if leased is None:
+                raise Conflict("Task status changed while leasing; expected 'queued'")
+            await self._record_grant(tx, lease, now, actor="router")
+        self.signal.changed()  # the worker's waiting claim picks the new lease up
+        worker.active_leases += 1
+        return lease, worker
+
+    async def _reserve_slot(
+        self, tx: Repositories, task: Task, worker_id: str | None, now: int
+    ) -> Worker:
+        """Lock and return a worker with a free slot for `task`, not paused at `now`, or raise
+        Unavailable."""
+        if worker_id is not None:
+            worker = await tx.workers.lock(worker_id)
+            if worker is None:
+                raise Unavailable(NO_WORKER)
+            worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+            load = _load(worker, worker.active_leases)
+            if not load.is_candidate:
+                raise Unavailable(f"Worker '{worker_id}' is not online with a free slot")
+            if load.is_paused(now):
+                raise Unavailable(f"Worker '{worker_id}' is paused until {worker.paused_until}")
+            return worker
+        counts = await tx.leases.active_counts()
+        loads = {w.id: _load(w, counts.get(w.id, 0)) for w in await tx.workers.find()}
+        sticky = await tx.leases.latest_worker_for_context(task.context_id)
+        while (choice := pick_worker(loads.values(), sticky, now)) is not None:
+            worker = await tx.workers.lock(choice.id)
+            if worker is not None:
+                worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+                if _load(worker, worker.active_leases).available(now):
+                    return worker
+            del loads[choice.id]  # filled up (or vanished) since we looked: try the next
+        raise Unavailable(NO_WORKER)
+
+    @staticmethod
+    async def _record_grant(tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
+        await tx.leases.insert(lease)
+        await tx.audit.add(
+            now,
+            "task_leased",
+            "lease",
+            lease.id,
+            actor,
+            f"Task {lease.task_id} leased to worker {lease.worker_id}, TTL {lease.ttl_seconds}s",
+            task_id=lease.task_id,
+        )
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        wait_sec: float,
+        ttl_sec: int | None = None,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Claimed | None:
+        """Long-poll for work: a lease already assigned to the worker, else the best queued task
+        it may run. Waits up to `wait_sec`, waking as soon as work may have appeared; stops early
+        when `gone()` says the caller hung up (so no lease goes to a closed connection)."""
+        deadline = time.monotonic() + wait_sec
+        first = True
+        while True:
+            waiter = self.signal.waiter()
+            claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
+            first = False
+            if claimed is not None:
+                return claimed
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (gone is not None and await gone()):
+                return None
+            await wait_for_signal(waiter, min(remaining, self.settings.claim_recheck_sec))
+            if gone is not None and await gone():
+                return None
+
+    async def _try_claim(
+        self, worker_id: str, ttl_sec: int | None, *, touch: bool
+    ) -> Claimed | None:
+        now = self.clock()
+        ttl = ttl_sec or self.settings.ttl_sec
+        async with self.db.write() as tx:
+            checked_in = await tx.workers.check_in(worker_id, now, touch=touch)
+            if checked_in is None:
+                raise NotFound("Worker not found")
+            worker, has_assigned = checked_in
+            if not worker.claude_cli:
+                raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
+            if worker.status != WorkerStatus.ONLINE:
+                return None
+            if worker.paused_until is not None and worker.paused_until > now:
+                return None  # a usage limit: no work, not even a pushed lease, until it resets
+            if has_assigned:
+                assigned = await tx.leases.deliver_assigned(worker_id, now)
+                if assigned is not None:
+                    task = await tx.tasks.get(assigned.task_id)
+                    assert task is not None, "an active lease always has its task"
+                    return Claimed(assigned, task)
+            lease_id = new_id(now)
+            task = await tx.tasks.claim_next(
+                worker_id=worker_id,
+                capacity=worker.max_concurrency,
+                lease_id=lease_id,
+                now=now,
+                sticky_cutoff=now - self.settings.sticky_wait_ms,
+                live_cutoff=now - self.settings.worker_live_ms,
+            )
+            if task is None:
+                return None
+            # Our clock was read before the task's creator committed, possibly a millisecond
+            # before its own reading: never record a grant as older than what it granted.
+            now = max(now, task.queued_at or task.created_at)
+            lease = Lease(
+                id=lease_id,
+                task_id=task.id,
+                worker_id=worker_id,
+                started_at=now,
+                # Until the worker's first heartbeat confirms it got the task, the lease is short:
+                # a claim response lost on the wire costs seconds, not a whole TTL.
+                expires_at=now + min(ttl, self.settings.claim_ack_sec) * 1000,
+                ttl_seconds=ttl,
+                status=LeaseStatus.ACTIVE,
+                last_heartbeat=now,
+                context_id=task.context_id,
+                claimed_at=now,
+            )
+            await self._record_grant(tx, lease, now, actor=worker_id)
+            return Claimed(lease, task)

@@ -1,0 +1,186 @@
+"""Task use-cases: create (idempotently), read, cancel, requeue."""
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from bloom.domain.clock import Clock
+from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.ids import new_id
+from bloom.domain.models import DEFAULT_POLICY, Task
+from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
+from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+RUNS_LIMIT = 50
+
+
+@dataclass(slots=True)
+class NewTask:
+    """A validated create request."""
+
+    context_id: str
+    agent_slug: str
+    prompt: str
+    context_hints: list[str] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_POLICY))
+    desired_format: str = "text"
+    max_attempts: int = 3
+    priority: int = 0
+    idempotency_key: str | None = None
+
+    def fingerprint(self) -> str:
+        """Identifies the request's content, so a reused idempotency key can be told apart."""
+        body = asdict(self)
+        body.pop("idempotency_key")
+        return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class TaskService:
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+
+    async def create(self, new: NewTask, actor: str = "api") -> tuple[Task, bool]:
+        """Queue a task. Returns (task, created); a known idempotency key returns the task it
+        created before, provided the request is the same."""
+        now = self.clock()
+        fingerprint = new.fingerprint() if new.idempotency_key else None
+        async with self.db.write() as tx:
+            if new.idempotency_key is not None:
+                known = await self._known(tx, new.idempotency_key, fingerprint)
+                if known is not None:
+                    return known, False
+            task = Task(
+                id=new_id(now),
+                context_id=new.context_id,
+                agent_slug=new.agent_slug,
+                prompt=new.prompt,
+                context_hints=new.context_hints,
+                policy=new.policy,
+                desired_format=new.desired_format,
+                status=TaskStatus.QUEUED,
+                created_at=now,
+                updated_at=now,
+                lease_id=None,
+                worker_id=None,
+                attempts=0,
+                max_attempts=new.max_attempts,
+                priority=new.priority,
+                idempotency_key=new.idempotency_key,
+                queued_at=now,
+            )
+            if not await tx.tasks.insert(task, fingerprint):
+                # a concurrent create with the same key got there first
+                assert new.idempotency_key is not None
+                known = await self._known(tx, new.idempotency_key, fingerprint)
+                assert known is not None
+                return known, False
+            await tx.audit.add(
+                now,
+                "task_created",
+                "llm_task",
+                task.id,
+                actor,
+                f"Task for agent {task.agent_slug}, context {task.context_id}",
+                task_id=task.id,
+            )
+        self.signal.changed()
+        return task, True
+
+    @staticmethod
+    async def _known(tx: Repositories, key: str, fingerprint: str | None) -> Task | None:
+        found = await tx.tasks.get_by_idempotency_key(key)
+        if found is None:
+            return None
+        task, stored_fingerprint = found
+        if stored_fingerprint != fingerprint:
+            raise Conflict(f"Idempotency key '{key}' was already used for a different request")
+        return task
+
+    async def get(self, task_id: str) -> Task:
+        async with self.db.read() as tx:
+            task = await tx.tasks.get(task_id)
+        if task is None:
+            raise NotFound("Task not found")
+        return task
+
+    async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
+        async with self.db.read() as tx:
+            return await tx.tasks.find(status=status, limit=limit, offset=offset)
+
+    async def runs(self) -> list[Task]:
+        """The seed's `runs`: the newest tasks."""
+        return await self.find(status=None, limit=RUNS_LIMIT)
+
+    async def cancel(self, task_id: str, actor: str = "admin") -> Task:
+        """Queued: cancelled at once. In flight: flagged; the worker learns it from its next
+        heartbeat and stops (or the lease lapses and the reaper cancels it)."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            for _ in range(3):  # a queued task may be leased between our read and our write
+                task = await tx.tasks.get(task_id)
+                if task is None:
+                    raise NotFound("Task not found")
+                if task.status not in CANCELLABLE:
+                    raise Conflict(f"Cannot cancel task with status '{task.status}'")
+                if task.status == TaskStatus.QUEUED:
+                    updated = await tx.tasks.transition(
+                        task_id,
+                        from_statuses=[TaskStatus.QUEUED],
+                        values={"status": TaskStatus.CANCELLED, "updated_at": now},
+                    )
+                    action, detail = "task_cancelled", "Cancelled while queued"
+                else:
+                    updated = await tx.tasks.transition(
+                        task_id,
+                        from_statuses=IN_FLIGHT,
+                        lease_id=task.lease_id,
+                        values={"cancel_requested": True, "updated_at": now},
+                    )
+                    action = "task_cancel_requested"
+                    detail = f"Cancel requested while {task.status} on worker {task.worker_id}"
+                if updated is not None:
+                    await tx.audit.add(
+                        now, action, "llm_task", task_id, actor, detail, task_id=task_id
+                    )
+                    return updated
+        raise Conflict("Task changed state repeatedly while cancelling; try again")
+
+    async def requeue(self, task_id: str, actor: str = "admin") -> Task:
+        """Put a failed or dead task back in the queue with a fresh attempt budget."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            task = await tx.tasks.get(task_id)
+            if task is None:
+                raise NotFound("Task not found")
+            updated = await tx.tasks.transition(
+                task_id,
+                from_statuses=REQUEUEABLE,
+                values={
+                    "status": TaskStatus.QUEUED,
+                    "lease_id": None,
+                    "worker_id": None,
+                    "attempts": 0,
+                    "queued_at": now,
+                    "not_before": None,
+                    "cancel_requested": False,
+                    "updated_at": now,
+                },
+            )
+            if updated is None:
+                raise Conflict(f"Cannot requeue task with status '{task.status}'")
+            await tx.audit.add(
+                now,
+                "task_requeued",
+                "llm_task",
+                task_id,
+                actor,
+                f"Requeued from {task.status}",
+                task_id=task_id,
+            )
+        self.signal.changed()
+        return updated

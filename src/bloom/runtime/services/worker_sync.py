@@ -1,0 +1,131 @@
+"""Workers discovered through Membridge: every sync mirrors its agent list into the registry.
+
+A worker known only through Membridge takes Membridge's word for its url, status and
+capabilities. A worker that has spoken to the runtime itself keeps its own word: the sync only
+notes that Membridge still lists it. Any online worker that nobody has heard of for the liveness
+window, neither through Membridge nor directly, goes offline (REFERENCE_BEHAVIOUR §9.1 items 8
+and 9 are the reference's failures here).
+"""
+
+from dataclasses import dataclass, field
+
+import structlog
+
+from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
+from bloom.domain.clock import Clock
+from bloom.domain.fleet import Agent, gone_quiet, parse_agent
+from bloom.domain.models import Worker
+from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.storage.repositories import RuntimeDatabase
+
+ACTOR = "membridge_sync"
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class SyncOutcome:
+    listed: int = 0
+    skipped: int = 0
+    discovered: list[str] = field(default_factory=list)
+    offline: list[str] = field(default_factory=list)
+
+
+class WorkerSync:
+    def __init__(
+        self,
+        db: RuntimeDatabase,
+        client: MembridgeClient,
+        signal: QueueSignal,
+        clock: Clock,
+        *,
+        live_ms: int,
+        timeout_sec: float = 8.0,
+    ):
+        self.db = db
+        self.client = client
+        self.signal = signal
+        self.clock = clock
+        self.live_ms = live_ms
+        self.timeout_sec = timeout_sec
+
+    async def sync_once(self) -> SyncOutcome | None:
+        """One pass; None when Membridge could not give its list (then nothing changes)."""
+        try:
+            response = await self.client.request(
+                "GET", "/agents", retries=1, timeout_sec=self.timeout_sec
+            )
+        except MembridgeUnavailable:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            listing = response.json()
+        except ValueError:
+            return None
+        raw_agents = listing.get("agents") if isinstance(listing, dict) else listing
+        if not isinstance(raw_agents, list):
+            return None
+        agents = [agent for agent in map(parse_agent, raw_agents) if agent is not None]
+        outcome = await self._apply(agents, self.clock())
+        outcome.skipped = len(raw_agents) - len(agents)
+        if outcome.skipped:
+            log.warning(
+                "membridge_agents_skipped",
+                count=outcome.skipped,
+                reason="no usable name (letters, digits and ._:@- only, 1..128 characters)",
+            )
+        if outcome.discovered:
+            self.signal.changed()
+        return outcome
+
+    async def _apply(self, agents: list[Agent], now: int) -> SyncOutcome:
+        outcome = SyncOutcome(listed=len(agents))
+        async with self.db.write() as tx:
+            for agent in agents:
+                if await tx.workers.insert_new(_discovered(agent, now)):
+                    outcome.discovered.append(agent.id)
+                    await tx.audit.add(
+                        now,
+                        "worker_discovered",
+                        "worker",
+                        agent.id,
+                        ACTOR,
+                        f"Worker {agent.id} listed by Membridge, status={agent.status}, "
+                        f"max_concurrency={agent.capabilities['max_concurrency']}",
+                    )
+                else:
+                    await tx.workers.apply_agent(agent, now)
+            cutoff = now - self.live_ms
+            for worker in gone_quiet(await tx.workers.find(), {a.id for a in agents}, cutoff):
+                if await tx.workers.mark_quiet(worker.id, cutoff):
+                    outcome.offline.append(worker.id)
+                    await tx.audit.add(
+                        now,
+                        "worker_offline",
+                        "worker",
+                        worker.id,
+                        ACTOR,
+                        f"Worker {worker.id} unheard of for {self.live_ms // 1000}s",
+                    )
+        return outcome
+
+
+def _discovered(agent: Agent, now: int) -> Worker:
+    return Worker(
+        id=agent.id,
+        node_id=agent.id,
+        url=agent.url,
+        status=agent.status,
+        capabilities=agent.capabilities,
+        last_heartbeat=agent.last_seen,
+        ip_addrs=agent.ip_addrs,
+        obs_count=0,
+        db_sha="",
+        registered_at=now,
+        active_leases=0,
+        agent_version="unknown",
+        os_info="",
+        install_method="membridge",
+        source="membridge",
+        membridge_seen_at=now,
+    )

@@ -1,0 +1,134 @@
+"""The worker registry: register (upsert), list with live load, detail, remove."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from bloom.domain.clock import Clock
+from bloom.domain.errors import NotFound
+from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
+from bloom.domain.states import LeaseStatus, WorkerStatus
+from bloom.runtime.services.expiry import release_task_of_lost_lease
+from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.storage.repositories import RuntimeDatabase
+
+
+@dataclass(slots=True)
+class Registration:
+    """A validated register request. None means "not sent": keep what is stored."""
+
+    name: str
+    url: str | None = None
+    status: str = WorkerStatus.ONLINE
+    capabilities: dict[str, Any] | None = None
+    ip_addrs: list[str] | None = None
+    agent_version: str | None = None
+    os_info: str | None = None
+    install_method: str | None = None
+
+
+class WorkerService:
+    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock):
+        self.db = db
+        self.signal = signal
+        self.clock = clock
+
+    async def register(self, reg: Registration, actor: str = "api") -> tuple[Worker, bool]:
+        """Create or update the worker named `reg.name`. Returns (worker, created).
+
+        Unlike the seed, fields the request leaves out keep their stored values (re-registering
+        without capabilities no longer resets them), and agent metadata is kept, not dropped.
+        """
+        now = self.clock()
+        given = {
+            key: value
+            for key, value in {
+                "url": reg.url,
+                "capabilities": reg.capabilities,
+                "ip_addrs": reg.ip_addrs,
+                "agent_version": reg.agent_version,
+                "os_info": reg.os_info,
+                "install_method": reg.install_method,
+            }.items()
+            if value is not None
+        }
+        async with self.db.write() as tx:
+            fresh = Worker(
+                id=reg.name,
+                node_id=reg.name,
+                url="",
+                status=reg.status,
+                capabilities=dict(DEFAULT_CAPABILITIES),
+                last_heartbeat=now,
+                ip_addrs=[],
+                obs_count=0,
+                db_sha="",
+                registered_at=now,
+                active_leases=0,
+                agent_version="unknown",
+                os_info="",
+                install_method="manual",
+            )
+            for key, value in given.items():
+                setattr(fresh, key, value)
+            created = await tx.workers.insert_new(fresh)
+            worker = fresh
+            if not created:
+                updated = await tx.workers.update(
+                    reg.name, given | {"status": reg.status, "last_heartbeat": now, "source": "api"}
+                )
+                assert updated is not None, "the row exists: the insert just collided with it"
+                worker = updated
+            worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+            await tx.audit.add(
+                now,
+                "worker_registered" if created else "worker_updated",
+                "worker",
+                worker.id,
+                actor,
+                f"Worker {worker.id} registered, status={worker.status}, "
+                f"max_concurrency={worker.max_concurrency}",
+            )
+        self.signal.changed()
+        return worker, created
+
+    async def find(self) -> list[Worker]:
+        """Every worker, with `active_leases` counted from live leases."""
+        async with self.db.read() as tx:
+            found = await tx.workers.find()
+            counts = await tx.leases.active_counts()
+        for worker in found:
+            worker.active_leases = counts.get(worker.id, 0)
+        return found
+
+    async def get(self, worker_id: str) -> tuple[Worker, list[Lease]]:
+        """A worker and its active leases."""
+        async with self.db.read() as tx:
+            worker = await tx.workers.get(worker_id)
+            if worker is None:
+                raise NotFound("Worker not found")
+            active = await tx.leases.list_active_for_worker(worker_id)
+        worker.active_leases = len(active)
+        return worker, active
+
+    async def remove(self, worker_id: str, actor: str = "admin") -> None:
+        """Unregister a worker. Its active leases end now and their tasks go back to the queue,
+        rather than waiting out their TTL on a worker the operator says is gone."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            # Worker row first, then its leases: the order every writer keeps (no deadlocks).
+            if await tx.workers.lock(worker_id) is None:
+                raise NotFound("Worker not found")
+            for lease in await tx.leases.end_all_for_worker(worker_id, LeaseStatus.EXPIRED, now):
+                await release_task_of_lost_lease(
+                    tx, lease, now, actor=actor, reason="Worker unregistered"
+                )
+            await tx.workers.delete(worker_id)
+            await tx.audit.add(
+                now,
+                "worker_removed",
+                "worker",
+                worker_id,
+                actor,
+                f"Worker {worker_id} unregistered",
+            )
+        self.signal.changed()

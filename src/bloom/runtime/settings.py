@@ -1,0 +1,157 @@
+"""Runtime settings from the environment.
+
+Our own names carry the `BLOOM_` prefix; the seed deployment's names (`DATABASE_URL`, `PORT`,
+`RUNTIME_API_KEY`, `MEMBRIDGE_SERVER_URL`, `MEMBRIDGE_ADMIN_KEY`, `NODE_ENV`) are accepted as
+aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOOM_` name wins.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+
+from bloom.web.settings import (
+    ServerSettings,
+    SettingsError,
+    bloom_env,
+    check_rate_limit_storage,
+    is_loopback,
+    load_settings,
+)
+
+
+class RuntimeSettings(ServerSettings):
+    """Everything `bloom runtime serve` reads from its environment."""
+
+    data_dir: Path = Field(Path(".bloom"), validation_alias=bloom_env("DATA_DIR"))
+    database_url: str | None = Field(
+        None,
+        validation_alias=bloom_env("DATABASE_URL", "DATABASE_URL"),
+        description="postgresql://… selects PostgreSQL; unset means SQLite under the data dir.",
+    )
+    host: str = Field("127.0.0.1", validation_alias=bloom_env("HOST"))
+    port: int = Field(5000, ge=1, le=65535, validation_alias=bloom_env("PORT", "PORT"))
+    api_key: SecretStr | None = Field(
+        None,
+        validation_alias=bloom_env("API_KEY", "RUNTIME_API_KEY"),
+        description="Shared admin key sent as X-Runtime-API-Key. Unset or empty: no auth.",
+    )
+    secret_key: SecretStr | None = Field(
+        None,
+        validation_alias=bloom_env("SECRET_KEY"),
+        description="Signs session cookies and encrypts stored secrets. Unset: a random key is "
+        "made once and kept in <data dir>/secret.key (mode 0600).",
+    )
+    membridge_server_url: str = Field(
+        "http://127.0.0.1:8000", validation_alias=bloom_env("MEMBRIDGE_URL", "MEMBRIDGE_SERVER_URL")
+    )
+    membridge_admin_key: SecretStr = Field(
+        SecretStr(""), validation_alias=bloom_env("MEMBRIDGE_ADMIN_KEY", "MEMBRIDGE_ADMIN_KEY")
+    )
+    environment: str = Field("development", validation_alias=bloom_env("ENV", "NODE_ENV"))
+
+    lease_ttl_sec: int = Field(300, ge=5, le=86_400, validation_alias=bloom_env("LEASE_TTL_SEC"))
+    claim_ack_sec: int = Field(
+        30,
+        ge=1,
+        validation_alias=bloom_env("CLAIM_ACK_SEC"),
+        description="A claimed lease lapses this soon unless its worker's first heartbeat arrives.",
+    )
+    claim_wait_sec: float = Field(25.0, ge=0, le=120, validation_alias=bloom_env("CLAIM_WAIT_SEC"))
+    claim_recheck_sec: float = Field(
+        2.0,
+        gt=0,
+        validation_alias=bloom_env("CLAIM_RECHECK_SEC"),
+        description="Safety net for a waiting claim; wake-ups themselves are immediate.",
+    )
+    reaper_interval_sec: float = Field(
+        30.0, gt=0, validation_alias=bloom_env("REAPER_INTERVAL_SEC")
+    )
+    sticky_wait_sec: float = Field(30.0, ge=0, validation_alias=bloom_env("STICKY_WAIT_SEC"))
+    worker_live_sec: float = Field(60.0, gt=0, validation_alias=bloom_env("WORKER_LIVE_SEC"))
+    worker_sync_sec: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=bloom_env("WORKER_SYNC_SEC"),
+        description="Membridge agent sync.",
+    )
+    membridge_retries: int = Field(3, ge=0, le=10, validation_alias=bloom_env("MEMBRIDGE_RETRIES"))
+    membridge_timeout_sec: float = Field(
+        10.0, gt=0, le=120, validation_alias=bloom_env("MEMBRIDGE_TIMEOUT_SEC")
+    )
+    retry_base_sec: float = Field(15.0, ge=0, validation_alias=bloom_env("RETRY_BASE_SEC"))
+    retry_max_sec: float = Field(600.0, ge=0, validation_alias=bloom_env("RETRY_MAX_SEC"))
+
+    artifact_store: Literal["db", "fs"] = Field("db", validation_alias=bloom_env("ARTIFACT_STORE"))
+    artifact_dir: Path | None = Field(None, validation_alias=bloom_env("ARTIFACT_DIR"))
+
+    migrate_on_start: bool = Field(True, validation_alias=bloom_env("MIGRATE_ON_START"))
+    db_pool_size: int = Field(10, ge=1, le=200, validation_alias=bloom_env("DB_POOL_SIZE"))
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = Field(
+        "NORMAL", validation_alias=bloom_env("SQLITE_SYNCHRONOUS")
+    )
+
+    rate_limit_enabled: bool = Field(True, validation_alias=bloom_env("RATE_LIMIT_ENABLED"))
+    rate_limit_api: int = Field(
+        100,
+        ge=1,
+        validation_alias=bloom_env("RATE_LIMIT_API"),
+        description="Requests per minute per identity to /api/runtime/* and /api/membridge/*.",
+    )
+    rate_limit_test_connection: int = Field(
+        20,
+        ge=1,
+        validation_alias=bloom_env("RATE_LIMIT_TEST_CONNECTION"),
+        description="POST /api/runtime/test-connection per minute, on top of the API budget.",
+    )
+    rate_limit_worker: int = Field(
+        3000,
+        ge=1,
+        validation_alias=bloom_env("RATE_LIMIT_WORKER"),
+        description="Worker traffic per minute per identity, instead of the API budget.",
+    )
+    rate_limit_storage: str = Field(
+        "memory://",
+        validation_alias=bloom_env("RATE_LIMIT_STORAGE"),
+        description="memory:// (per process) or redis://… (shared by every process using it).",
+    )
+    rate_limit_key_prefix: str = Field(
+        "bloom-runtime", min_length=1, validation_alias=bloom_env("RATE_LIMIT_KEY_PREFIX")
+    )
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _storage(cls, value: str) -> str:
+        return check_rate_limit_storage(value)
+
+    @property
+    def api_key_value(self) -> str:
+        """The configured key, or "" when auth is off."""
+        return self.api_key.get_secret_value() if self.api_key is not None else ""
+
+    @property
+    def resolved_artifact_dir(self) -> Path:
+        return self.artifact_dir or self.data_dir / "artifacts"
+
+    @property
+    def open_to_network(self) -> bool:
+        """No API key, and listening beyond this machine: anyone who reaches it may do anything."""
+        return not self.api_key_value and not is_loopback(self.host)
+
+    @property
+    def serving_insecure(self) -> bool:
+        """Open to the network because `--insecure` said so (health says it, too)."""
+        return self.open_to_network and self.insecure
+
+    def check_exposure(self) -> None:
+        """Refuse to listen beyond loopback without an API key, unless `--insecure`."""
+        if self.open_to_network and not self.insecure:
+            raise SettingsError(
+                f"refusing to listen on {self.host} without an API key: set RUNTIME_API_KEY "
+                "(or BLOOM_API_KEY), listen on 127.0.0.1, or pass --insecure "
+                "(BLOOM_INSECURE=true) to serve every endpoint to anyone who can reach it"
+            )
+
+
+def load_runtime_settings(**overrides: object) -> RuntimeSettings:
+    return load_settings(RuntimeSettings, **overrides)

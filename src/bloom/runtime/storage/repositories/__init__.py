@@ -1,0 +1,83 @@
+"""Repositories: typed SQL over one session; a service gets them all in one transaction."""
+
+from functools import cached_property
+
+from sqlalchemy import bindparam, func, select
+
+from bloom.db.database import Database
+from bloom.db.executor import Session
+from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
+from bloom.runtime.storage.repositories.events import EventRepository
+from bloom.runtime.storage.repositories.leases import LeaseRepository
+from bloom.runtime.storage.repositories.records import (
+    ArtifactRepository,
+    AuditRepository,
+    ResultRepository,
+    SettingsRepository,
+)
+from bloom.runtime.storage.repositories.tasks import TaskRepository
+from bloom.runtime.storage.repositories.workers import WorkerRepository
+
+_TRY_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("b_key")).label("locked"))
+
+
+class Repositories:
+    """Every repository, sharing one session (and so one transaction)."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.kind = session.kind
+
+    @cached_property
+    def tasks(self) -> TaskRepository:
+        return TaskRepository(self.session)
+
+    @cached_property
+    def leases(self) -> LeaseRepository:
+        return LeaseRepository(self.session)
+
+    @cached_property
+    def workers(self) -> WorkerRepository:
+        return WorkerRepository(self.session)
+
+    @cached_property
+    def artifacts(self) -> ArtifactRepository:
+        return ArtifactRepository(self.session)
+
+    @cached_property
+    def results(self) -> ResultRepository:
+        return ResultRepository(self.session)
+
+    @cached_property
+    def audit(self) -> AuditRepository:
+        return AuditRepository(self.session)
+
+    @cached_property
+    def events(self) -> EventRepository:
+        return EventRepository(self.session)
+
+    @cached_property
+    def api_keys(self) -> ApiKeyRepository:
+        return ApiKeyRepository(self.session)
+
+    @cached_property
+    def users(self) -> UserRepository:
+        return UserRepository(self.session)
+
+    @cached_property
+    def settings(self) -> SettingsRepository:
+        return SettingsRepository(self.session)
+
+    async def try_singleton_lock(self, key: int) -> bool:
+        """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has
+        a single writer already."""
+        if self.kind != "postgresql":
+            return True
+        rows = await self.session.execute(_TRY_LOCK, {"b_key": key})
+        return bool(rows[0]["locked"])
+
+
+RuntimeDatabase = Database[Repositories]
+"""The runtime's database: its sessions come with the runtime's repositories."""
+
+__all__ = ["Repositories", "RuntimeDatabase"]

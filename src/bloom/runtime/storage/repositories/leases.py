@@ -1,0 +1,212 @@
+"""SQL for `leases`: grants, fenced renewals and endings, and the reaper's queries."""
+
+from dataclasses import dataclass
+
+from sqlalchemy import BigInteger, String, bindparam, func, insert, select, update
+
+from bloom.db.repository import Repository, entity_columns, entity_values, is_state
+from bloom.domain.models import Lease, Task
+from bloom.domain.states import LeaseStatus
+from bloom.runtime.storage.tables import leases, llm_tasks
+
+LEASE_COLUMNS = entity_columns(leases, Lease)
+TASK_COLUMNS = entity_columns(llm_tasks, Task)
+lz = leases
+ACTIVE = is_state(lz.c.status, "active")
+
+_INSERT = insert(lz)
+_GET = select(*LEASE_COLUMNS).where(lz.c.id == bindparam("b_id"))
+_LIST = (
+    select(*LEASE_COLUMNS)
+    .order_by(lz.c.started_at.desc(), lz.c.id.desc())
+    .limit(bindparam("b_limit"))
+)
+_LIST_BY_STATUS = _LIST.where(lz.c.status == bindparam("b_status"))
+_ACTIVE_FOR_WORKER = (
+    select(*LEASE_COLUMNS)
+    .where(lz.c.worker_id == bindparam("b_worker"), ACTIVE)
+    .order_by(lz.c.started_at.desc())
+)
+_COUNT_ACTIVE_FOR_WORKER = select(func.count()).where(
+    lz.c.worker_id == bindparam("b_worker"), ACTIVE
+)
+_ACTIVE_COUNTS = select(lz.c.worker_id, func.count()).where(ACTIVE).group_by(lz.c.worker_id)
+_TOTALS = select(func.count(), func.count().filter(ACTIVE))
+_DELIVER_ASSIGNED = (
+    update(lz)
+    .where(
+        lz.c.id
+        == select(lz.c.id)
+        .where(
+            lz.c.worker_id == bindparam("b_worker"),
+            ACTIVE,
+            lz.c.claimed_at.is_(None),
+            lz.c.expires_at >= bindparam("b_now"),
+        )
+        .order_by(lz.c.started_at)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery(),
+        lz.c.claimed_at.is_(None),
+    )
+    .values(claimed_at=bindparam("b_now"))
+    .returning(*LEASE_COLUMNS)
+)
+# Bound, not correlated: SQLite renders RETURNING without table names (see workers.py).
+_TASK_STATE = {
+    name: select(llm_tasks.c[name])
+    .where(llm_tasks.c.id == bindparam("b_task"))
+    .scalar_subquery()
+    .label(f"task_{name}")
+    for name in ("status", "cancel_requested")
+}
+_RENEW = (
+    update(lz)
+    .where(
+        lz.c.id == bindparam("b_id"),
+        lz.c.task_id == bindparam("b_task"),
+        ACTIVE,
+        lz.c.expires_at >= bindparam("b_now", type_=BigInteger()),
+    )
+    .values(
+        last_heartbeat=bindparam("b_now"),
+        expires_at=bindparam("b_now", type_=BigInteger()) + lz.c.ttl_seconds * 1000,
+        claimed_at=func.coalesce(lz.c.claimed_at, bindparam("b_now")),
+    )
+    .returning(*LEASE_COLUMNS, *_TASK_STATE.values())
+)
+_END = (
+    update(lz)
+    .where(lz.c.id == bindparam("b_id"), ACTIVE, lz.c.expires_at >= bindparam("b_now"))
+    .values(status=bindparam("b_status"), ended_at=bindparam("b_now"))
+    .returning(*LEASE_COLUMNS)
+)
+_EXPIRE = (
+    update(lz)
+    .where(lz.c.id == bindparam("b_id"), ACTIVE, lz.c.expires_at < bindparam("b_now"))
+    .values(status=LeaseStatus.EXPIRED.value, ended_at=bindparam("b_now"))
+    .returning(*LEASE_COLUMNS)
+)
+_END_ALL_FOR_WORKER = (
+    update(lz)
+    .where(lz.c.worker_id == bindparam("b_worker"), ACTIVE)
+    .values(status=bindparam("b_status"), ended_at=bindparam("b_now"))
+    .returning(*LEASE_COLUMNS)
+)
+_OVERDUE = (
+    select(lz.c.id)
+    .where(ACTIVE, lz.c.expires_at < bindparam("b_now"))
+    .order_by(lz.c.expires_at)
+    .limit(bindparam("b_limit"))
+)
+_LATEST_HOLDER = (
+    select(lz.c.worker_id)
+    .where(lz.c.context_id == bindparam("b_context"))
+    .order_by(lz.c.started_at.desc(), lz.c.id.desc())
+    .limit(1)
+)
+_NEXT_EXPIRY = select(func.min(lz.c.expires_at)).where(ACTIVE)
+_TASK_WITH_LEASE = (
+    select(*TASK_COLUMNS, *[c.label(f"lease__{c.name}") for c in LEASE_COLUMNS])
+    .select_from(
+        llm_tasks.outerjoin(
+            lz, lz.c.id == func.coalesce(bindparam("b_lease", type_=String()), llm_tasks.c.lease_id)
+        )
+    )
+    .where(llm_tasks.c.id == bindparam("b_task"))
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A renewed lease, with its task's state as of the renewal."""
+
+    lease: Lease
+    task_status: str
+    cancel_requested: bool
+
+
+class LeaseRepository(Repository):
+    async def insert(self, lease: Lease) -> None:
+        await self.run(_INSERT, entity_values(lease, LEASE_COLUMNS))
+
+    async def get(self, lease_id: str) -> Lease | None:
+        return await self.one(Lease, _GET, {"b_id": lease_id})
+
+    async def find(self, *, status: str | None, limit: int) -> list[Lease]:
+        if status is None:
+            return await self.all(Lease, _LIST, {"b_limit": limit})
+        return await self.all(Lease, _LIST_BY_STATUS, {"b_limit": limit, "b_status": status})
+
+    async def list_active_for_worker(self, worker_id: str) -> list[Lease]:
+        return await self.all(Lease, _ACTIVE_FOR_WORKER, {"b_worker": worker_id})
+
+    async def count_active_for_worker(self, worker_id: str) -> int:
+        return int(await self.scalar(_COUNT_ACTIVE_FOR_WORKER, {"b_worker": worker_id}))
+
+    async def active_counts(self) -> dict[str, int]:
+        return {worker_id: count for worker_id, count in await self.rows(_ACTIVE_COUNTS)}
+
+    async def totals(self) -> tuple[int, int]:
+        """(all leases, active leases)."""
+        [(total, active)] = await self.rows(_TOTALS)
+        return int(total), int(active or 0)
+
+    async def task_with_lease(
+        self, task_id: str, lease_id: str | None
+    ) -> tuple[Task, Lease | None] | None:
+        """The task and the lease named (default: the task's current one) if that exists,
+        whatever task it belongs to, in one read."""
+        rows = await self.run(_TASK_WITH_LEASE, {"b_task": task_id, "b_lease": lease_id})
+        if not rows:
+            return None
+        values = dict(rows[0])
+        lease_values = {
+            key[7:]: values.pop(key) for key in list(values) if key.startswith("lease__")
+        }
+        lease = Lease(**lease_values) if lease_values["id"] is not None else None
+        return Task(**values), lease
+
+    async def deliver_assigned(self, worker_id: str, now: int) -> Lease | None:
+        """Mark the oldest lease granted to `worker_id` but not yet handed to it as delivered."""
+        return await self.one(Lease, _DELIVER_ASSIGNED, {"b_worker": worker_id, "b_now": now})
+
+    async def renew(self, lease_id: str, task_id: str, now: int) -> Renewal | None:
+        """Extend a live lease of `task_id` by its TTL. An expired lease stays dead even before
+        the reaper has seen it: a late heartbeat never revives it."""
+        params = {"b_id": lease_id, "b_task": task_id, "b_now": now}
+        rows = await self.run(_RENEW, params)
+        if not rows:
+            return None
+        values = dict(rows[0])
+        task_status = values.pop("task_status")
+        cancel_requested = bool(values.pop("task_cancel_requested"))
+        return Renewal(Lease(**values), task_status, cancel_requested)
+
+    async def end(self, lease_id: str, status: LeaseStatus, now: int) -> Lease | None:
+        """Compare-and-set a live (active, not overdue) lease to `status`; None if it was not."""
+        return await self.one(
+            Lease, _END, {"b_id": lease_id, "b_status": str(status), "b_now": now}
+        )
+
+    async def expire(self, lease_id: str, now: int) -> Lease | None:
+        """The reaper's compare-and-set: an active lease past its expiry becomes expired."""
+        return await self.one(Lease, _EXPIRE, {"b_id": lease_id, "b_now": now})
+
+    async def end_all_for_worker(
+        self, worker_id: str, status: LeaseStatus, now: int
+    ) -> list[Lease]:
+        params = {"b_worker": worker_id, "b_status": str(status), "b_now": now}
+        return await self.all(Lease, _END_ALL_FOR_WORKER, params)
+
+    async def overdue_ids(self, now: int, limit: int) -> list[str]:
+        return [row["id"] for row in await self.run(_OVERDUE, {"b_now": now, "b_limit": limit})]
+
+    async def next_expiry(self) -> int | None:
+        value = await self.scalar(_NEXT_EXPIRY)
+        return int(value) if value is not None else None
+
+    async def latest_worker_for_context(self, context_id: str) -> str | None:
+        """The worker that holds, or most recently held, `context_id`."""
+        holder: str | None = await self.scalar(_LATEST_HOLDER, {"b_context": context_id})
+        return holder

@@ -1,0 +1,231 @@
+"""SQL for `llm_tasks`: inserts, compare-and-set transitions and the claim query."""
+
+import functools
+from collections.abc import Collection
+from typing import Any
+
+from sqlalchemy import bindparam, exists, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bloom.db.repository import (
+    Repository,
+    entity_columns,
+    entity_values,
+    is_state,
+)
+from bloom.domain.models import Task
+from bloom.domain.states import TaskStatus
+from bloom.runtime.storage.tables import leases, llm_tasks, workers
+
+TASK_COLUMNS = entity_columns(llm_tasks, Task)
+t = llm_tasks
+
+_INSERT = insert(t)
+_INSERT_KEYED = {
+    kind: dialect.insert(t)
+    .on_conflict_do_nothing(index_elements=[t.c.idempotency_key])
+    .returning(t.c.id)
+    for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_GET = select(*TASK_COLUMNS).where(t.c.id == bindparam("b_id"))
+# Only a task in flight: a queued row locked here would make claims (SKIP LOCKED) pass it over.
+_LOCK_IN_FLIGHT = (
+    select(t.c.id)
+    .where(
+        t.c.id == bindparam("b_id"),
+        or_(is_state(t.c.status, "leased"), is_state(t.c.status, "running")),
+    )
+    .with_for_update()
+)
+_STATUS = select(t.c.status).where(t.c.id == bindparam("b_id"))
+_BY_KEY = select(*TASK_COLUMNS, t.c.request_hash).where(t.c.idempotency_key == bindparam("b_key"))
+_LIST = (
+    select(*TASK_COLUMNS)
+    .order_by(t.c.created_at.desc(), t.c.id.desc())
+    .limit(bindparam("b_limit"))
+    .offset(bindparam("b_offset"))
+)
+_LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
+_COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
+
+
+@functools.cache
+def _transition_statement(from_statuses: frozenset[str], fenced: bool) -> Any:
+    """The compare-and-set UPDATE for one set of source states (inlined, for the planner)."""
+    stmt = (
+        update(t)
+        .where(
+            t.c.id == bindparam("b_id"),
+            or_(*(is_state(t.c.status, s) for s in sorted(from_statuses))),
+        )
+        .returning(*TASK_COLUMNS)
+    )
+    return stmt.where(t.c.lease_id == bindparam("b_lease")) if fenced else stmt
+
+
+_LEASED_VALUES = {
+    "status": TaskStatus.LEASED.value,
+    "attempts": t.c.attempts + 1,
+    "lease_id": bindparam("b_lease_id"),
+    "worker_id": bindparam("b_worker"),
+    "updated_at": bindparam("b_now"),
+}
+_LEASE_QUEUED = (
+    update(t)
+    .where(t.c.id == bindparam("b_id"), is_state(t.c.status, "queued"))
+    .values(_LEASED_VALUES)
+    .returning(*TASK_COLUMNS)
+)
+
+
+def _claim_statement() -> Any:
+    """Lease the best queued task a worker may take.
+
+    Order: priority, then age. A task whose context was last held by another worker is left to
+    that worker (its Claude session lives there) while it is online, live and has a free slot, for
+    at most the sticky wait; after that, or when it cannot take it, anyone may.
+    """
+    held = leases.alias("held")
+    owner = workers.alias("owner")
+    owner_id = (
+        select(held.c.worker_id)
+        .where(held.c.context_id == t.c.context_id)
+        .order_by(held.c.started_at.desc(), held.c.id.desc())
+        .limit(1)
+        .correlate(t)
+        .scalar_subquery()
+    )
+    owner_load = (
+        select(func.count())
+        .select_from(leases)
+        .where(leases.c.worker_id == owner.c.id, is_state(leases.c.status, "active"))
+        .correlate(owner)
+        .scalar_subquery()
+    )
+    owner_takes_it = exists().where(
+        owner.c.id == owner_id,
+        owner.c.id != bindparam("b_worker"),
+        is_state(owner.c.status, "online"),
+        owner.c.last_heartbeat >= bindparam("b_live_cutoff"),
+        or_(owner.c.paused_until.is_(None), owner.c.paused_until <= bindparam("b_now")),
+        owner_load < owner.c.capabilities["max_concurrency"].as_integer(),
+    )
+    my_load = (
+        select(func.count())
+        .select_from(leases)
+        .where(leases.c.worker_id == bindparam("b_worker"), is_state(leases.c.status, "active"))
+        .scalar_subquery()
+    )
+    candidate = (
+        select(t.c.id)
+        .where(
+            my_load < bindparam("b_capacity"),
+            is_state(t.c.status, "queued"),
+            or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+            or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
+        )
+        .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    return (
+        update(t)
+        .where(t.c.id == candidate, is_state(t.c.status, "queued"))
+        .values(_LEASED_VALUES)
+        .returning(*TASK_COLUMNS)
+    )
+
+
+_CLAIM = _claim_statement()
+
+
+class TaskRepository(Repository):
+    async def insert(self, task: Task, request_hash: str | None = None) -> bool:
+        """Insert `task`; False when its idempotency key is already taken."""
+        values = entity_values(task, TASK_COLUMNS) | {"request_hash": request_hash}
+        if task.idempotency_key is None:
+            await self.run(_INSERT, values)
+            return True
+        result = await self.run(_INSERT_KEYED[self.kind], values)
+        return bool(result)
+
+    async def get(self, task_id: str) -> Task | None:
+        return await self.one(Task, _GET, {"b_id": task_id})
+
+    async def lock_in_flight(self, task_id: str) -> bool:
+        """Hold the task's row lock to the end of the transaction if it is leased or running
+        (PostgreSQL; SQLite has one writer already); False when it is not (or does not exist)."""
+        return bool(await self.run(_LOCK_IN_FLIGHT, {"b_id": task_id}))
+
+    async def status(self, task_id: str) -> str | None:
+        status: str | None = await self.scalar(_STATUS, {"b_id": task_id})
+        return status
+
+    async def get_by_idempotency_key(self, key: str) -> tuple[Task, str | None] | None:
+        rows = await self.run(_BY_KEY, {"b_key": key})
+        if not rows:
+            return None
+        values = dict(rows[0])
+        request_hash = values.pop("request_hash")
+        return Task(**values), request_hash
+
+    async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
+        params = {"b_limit": limit, "b_offset": offset}
+        if status is None:
+            return await self.all(Task, _LIST, params)
+        return await self.all(Task, _LIST_BY_STATUS, params | {"b_status": status})
+
+    async def count_by_status(self) -> dict[str, int]:
+        return {status: count for status, count in await self.rows(_COUNT_BY_STATUS)}
+
+    async def transition(
+        self,
+        task_id: str,
+        *,
+        from_statuses: Collection[TaskStatus],
+        lease_id: str | None = None,
+        values: dict[str, Any],
+    ) -> Task | None:
+        """Compare-and-set: apply `values` (column: value) only if the task is in one of
+        `from_statuses` and, when given, still holds `lease_id`. None if that no longer holds."""
+        params = values | {"b_id": task_id}
+        if lease_id is not None:
+            params["b_lease"] = lease_id
+        statuses = frozenset(str(s) for s in from_statuses)
+        return await self.one(Task, _transition_statement(statuses, lease_id is not None), params)
+
+    async def lease_queued(
+        self, task_id: str, *, lease_id: str, worker_id: str, now: int
+    ) -> Task | None:
+        """Compare-and-set a queued task to leased (one more attempt counted)."""
+        params = {"b_id": task_id, "b_lease_id": lease_id, "b_worker": worker_id, "b_now": now}
+        return await self.one(Task, _LEASE_QUEUED, params)
+
+    async def claim_next(
+        self,
+        *,
+        worker_id: str,
+        capacity: int,
+        lease_id: str,
+        now: int,
+        sticky_cutoff: int,
+        live_cutoff: int,
+    ) -> Task | None:
+        """Atomically take the best queued task `worker_id` may run, as leased under `lease_id`,
+        unless the worker already holds `capacity` active leases.
+
+        The caller must hold the worker's row lock (`WorkerRepository.check_in`): this statement
+        then counts the worker's leases in a snapshot taken after every other grant to it
+        committed. On PostgreSQL the candidate row is locked with SKIP LOCKED, so concurrent
+        claimers never block on, or both take, the same task; SQLite serialises writers instead.
+        """
+        params = {
+            "b_worker": worker_id,
+            "b_capacity": capacity,
+            "b_lease_id": lease_id,
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+        }
+        return await self.one(Task, _CLAIM, params)

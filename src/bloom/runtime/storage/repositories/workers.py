@@ -1,0 +1,166 @@
+"""SQL for `workers`: the registry, and the row lock that serialises lease grants per worker."""
+
+from typing import Any
+
+from sqlalchemy import BigInteger, bindparam, case, delete, exists, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from bloom.db.repository import Repository, entity_columns, entity_values, is_state
+from bloom.domain.fleet import Agent
+from bloom.domain.models import Worker
+from bloom.runtime.storage.tables import JSONType, leases, workers
+
+WORKER_COLUMNS = entity_columns(workers, Worker)
+w = workers
+
+_GET = select(*WORKER_COLUMNS).where(w.c.id == bindparam("b_id"))
+_LOCK = _GET.with_for_update()
+# Bound to the worker id rather than correlated: SQLite renders RETURNING without table names,
+# so a correlated `leases.worker_id = workers.id` there would compare the lease with itself.
+_HAS_ASSIGNED = (
+    exists()
+    .where(
+        leases.c.worker_id == bindparam("b_id"),
+        is_state(leases.c.status, "active"),
+        leases.c.claimed_at.is_(None),
+    )
+    .label("has_assigned")
+)
+_CHECK_IN = (
+    update(w)
+    .where(w.c.id == bindparam("b_id"))
+    .values(last_heartbeat=bindparam("b_now"), status="online", source="api")
+    .returning(*WORKER_COLUMNS, _HAS_ASSIGNED)
+)
+_LOCK_WITH_ASSIGNED = (
+    select(*WORKER_COLUMNS, _HAS_ASSIGNED).where(w.c.id == bindparam("b_id")).with_for_update(of=w)
+)
+_LIST = select(*WORKER_COLUMNS).order_by(w.c.id)
+_INSERT_NEW = {
+    kind: dialect.insert(w).on_conflict_do_nothing(index_elements=[w.c.id]).returning(w.c.id)
+    for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_UPDATE = update(w).where(w.c.id == bindparam("b_id")).returning(*WORKER_COLUMNS)
+_MARK_GONE = (
+    update(w)
+    .where(
+        w.c.id == bindparam("b_id"),
+        is_state(w.c.status, "online"),
+        or_(w.c.last_heartbeat.is_(None), w.c.last_heartbeat <= bindparam("b_silent_since")),
+    )
+    .values(status="offline")
+    .returning(w.c.id)
+)
+_FROM_MEMBRIDGE = is_state(w.c.source, "membridge")
+# Membridge's view of an agent: only for workers known through Membridge alone; a worker that
+# spoke to the runtime itself keeps its own word, and only the "listed at" time moves.
+_APPLY_AGENT = (
+    update(w)
+    .where(w.c.id == bindparam("b_id"))
+    .values(
+        membridge_seen_at=bindparam("b_now"),
+        url=case((_FROM_MEMBRIDGE, bindparam("b_url")), else_=w.c.url),
+        status=case((_FROM_MEMBRIDGE, bindparam("b_status")), else_=w.c.status),
+        capabilities=case(
+            (_FROM_MEMBRIDGE, bindparam("b_capabilities", type_=JSONType)), else_=w.c.capabilities
+        ),
+        ip_addrs=case(
+            (_FROM_MEMBRIDGE, bindparam("b_ip_addrs", type_=JSONType)), else_=w.c.ip_addrs
+        ),
+        last_heartbeat=case(
+            (
+                _FROM_MEMBRIDGE,
+                func.coalesce(bindparam("b_last_seen", type_=BigInteger()), w.c.last_heartbeat),
+            ),
+            else_=w.c.last_heartbeat,
+        ),
+    )
+    .returning(w.c.id)
+)
+_MARK_QUIET = (
+    update(w)
+    .where(
+        w.c.id == bindparam("b_id"),
+        is_state(w.c.status, "online"),
+        func.coalesce(w.c.membridge_seen_at, 0) < bindparam("b_cutoff"),
+        func.coalesce(w.c.last_heartbeat, 0) < bindparam("b_cutoff"),
+    )
+    .values(status="offline")
+    .returning(w.c.id)
+)
+_PAUSE = update(w).where(w.c.id == bindparam("b_id")).values(paused_until=bindparam("b_until"))
+_DELETE = delete(w).where(w.c.id == bindparam("b_id")).returning(w.c.id)
+_TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
+
+
+class WorkerRepository(Repository):
+    async def get(self, worker_id: str) -> Worker | None:
+        return await self.one(Worker, _GET, {"b_id": worker_id})
+
+    async def lock(self, worker_id: str) -> Worker | None:
+        """Read the worker and hold its row lock to the end of the transaction.
+
+        Every lease grant to a worker takes this lock first, so counting its active leases and
+        inserting a new one cannot interleave with another grant to the same worker.
+        """
+        return await self.one(Worker, _LOCK, {"b_id": worker_id})
+
+    async def check_in(
+        self, worker_id: str, now: int, *, touch: bool
+    ) -> tuple[Worker, bool] | None:
+        """Lock the worker's row for a claim (like `lock`), and say whether a lease granted to it
+        awaits delivery. With `touch`, the claim is also a sign of life: online, seen now."""
+        params = {"b_id": worker_id, "b_now": now}
+        rows = await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)
+        if not rows:
+            return None
+        values = dict(rows[0])
+        has_assigned = bool(values.pop("has_assigned"))
+        return Worker(**values), has_assigned
+
+    async def find(self) -> list[Worker]:
+        return await self.all(Worker, _LIST, {})
+
+    async def insert_new(self, worker: Worker) -> bool:
+        """Insert unless a worker with this id exists; True when inserted."""
+        result = await self.run(_INSERT_NEW[self.kind], entity_values(worker, WORKER_COLUMNS))
+        return bool(result)
+
+    async def update(self, worker_id: str, values: dict[str, Any]) -> Worker | None:
+        return await self.one(Worker, _UPDATE, values | {"b_id": worker_id})
+
+    async def mark_gone(self, worker_id: str, silent_since: int) -> bool:
+        """Set an online worker offline unless it has shown itself (claim, registration) after
+        `silent_since`; True when it was set offline."""
+        params = {"b_id": worker_id, "b_silent_since": silent_since}
+        return bool(await self.run(_MARK_GONE, params))
+
+    async def apply_agent(self, agent: Agent, now: int) -> None:
+        """Record that Membridge lists `agent` now (see `_APPLY_AGENT` for what changes)."""
+        params = {
+            "b_id": agent.id,
+            "b_now": now,
+            "b_url": agent.url,
+            "b_status": agent.status,
+            "b_capabilities": agent.capabilities,
+            "b_ip_addrs": agent.ip_addrs,
+            "b_last_seen": agent.last_seen,
+        }
+        await self.run(_APPLY_AGENT, params)
+
+    async def mark_quiet(self, worker_id: str, cutoff: int) -> bool:
+        """Set an online worker offline if nothing was heard of it since `cutoff`, directly or
+        through Membridge; True when it was set offline."""
+        return bool(await self.run(_MARK_QUIET, {"b_id": worker_id, "b_cutoff": cutoff}))
+
+    async def pause(self, worker_id: str, until: int) -> None:
+        """The worker takes no work before `until` (epoch ms); the pause simply lapses."""
+        await self.run(_PAUSE, {"b_id": worker_id, "b_until": until})
+
+    async def delete(self, worker_id: str) -> bool:
+        return bool(await self.run(_DELETE, {"b_id": worker_id}))
+
+    async def totals(self) -> tuple[int, int]:
+        """(all workers, online workers)."""
+        [(total, online)] = await self.rows(_TOTALS)
+        return int(total), int(online or 0)

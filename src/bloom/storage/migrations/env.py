@@ -1,5 +1,0 @@
-"""Alembic environment for the runtime's tables."""
-
-from bloom.storage.alembic_env import run_migrations
-
-run_migrations()
