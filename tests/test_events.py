@@ -453,7 +453,7 @@ async def test_following_sends_keepalives_while_quiet_and_ends_with_the_task(
     assert not isinstance(event, Keepalive | End)
     assert (event.seq, event.data) == (1, "hello")
     ok = Completion(status="success", output="ok", error_message=None, metrics={})
-    await container.completion.complete(task_id, ok, lease_id=lease_id)
+    await container.attempts.complete(task_id, ok, lease_id=lease_id)
     # woken by the queue signal the completion sends, long before the 5 s recheck
     assert await asyncio.wait_for(anext(stream), 1) == End("completed")
     with pytest.raises(StopAsyncIteration):

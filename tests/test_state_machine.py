@@ -261,7 +261,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not self.leases:
             return
         lease = self.leases[data.draw(st.sampled_from(sorted(self.leases)))]
-        call = self.container.completion.heartbeat(lease.task_id, lease_id=lease.id)
+        call = self.container.attempts.heartbeat(lease.task_id, lease_id=lease.id)
         if not self.live(lease):
             self.refused(call, Conflict)
             return
@@ -287,7 +287,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             metrics={"duration_ms": 1},
             error_code=None if outcome in ("success", "error") else outcome,
         )
-        call = self.container.completion.complete(lease.task_id, completion, lease_id=lease.id)
+        call = self.container.attempts.complete(lease.task_id, completion, lease_id=lease.id)
         if lease.result_status is not None:
             if lease.result_status != status:
                 self.refused(call, Conflict)

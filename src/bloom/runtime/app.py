@@ -11,7 +11,7 @@ from bloom.domain.clock import Clock, system_clock
 from bloom.runtime.access import authorize
 from bloom.runtime.api import (
     events,
-    leasing,
+    lease_protocol,
     membridge,
     records,
     session,
@@ -69,7 +69,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         lifespan=lifespan,
         dependencies=[Depends(authorize)],  # every route has an access rule (runtime/access.py)
     )
-    for module in (system, session, workers, tasks, leasing, events, records, membridge):
+    for module in (system, session, workers, tasks, lease_protocol, events, records, membridge):
         app.include_router(module.router)
     secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     app.state.sessions = SessionCodec(resolve_secret_key(secret, settings.data_dir))

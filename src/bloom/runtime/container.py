@@ -11,13 +11,13 @@ from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import resolve_secret_key
-from bloom.runtime.services.completion import CompletionService
+from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.events import EventService
-from bloom.runtime.services.expiry import LeaseReaper
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
+from bloom.runtime.services.reaping import LeaseReaper
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
 from bloom.runtime.services.tasks import TaskService
@@ -35,7 +35,7 @@ class Container:
     signal: QueueSignal
     tasks: TaskService
     leases: LeaseService
-    completion: CompletionService
+    attempts: AttemptService
     workers: WorkerService
     config: ConfigService
     records: RecordService
@@ -76,6 +76,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     )
     lease_settings = LeaseSettings(
         ttl_sec=settings.lease_ttl_sec,
+        claim_wait_sec=settings.claim_wait_sec,
         claim_ack_sec=settings.claim_ack_sec,
         claim_recheck_sec=settings.claim_recheck_sec,
         sticky_wait_ms=int(settings.sticky_wait_sec * 1000),
@@ -106,7 +107,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         signal=signal,
         tasks=TaskService(db, signal, clock),
         leases=LeaseService(db, signal, clock, lease_settings),
-        completion=CompletionService(db, signal, clock, stores[settings.artifact_store], retry),
+        attempts=AttemptService(db, signal, clock, stores[settings.artifact_store], retry),
         workers=WorkerService(db, signal, clock),
         config=config,
         records=RecordService(db, stores),

@@ -8,7 +8,7 @@ from typing import Protocol
 import structlog
 
 from bloom.domain.clock import Clock
-from bloom.runtime.services.expiry import LeaseReaper
+from bloom.runtime.services.reaping import LeaseReaper
 
 log = structlog.get_logger(__name__)
 

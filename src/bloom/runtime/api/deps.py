@@ -7,7 +7,7 @@ from fastapi import Depends, Request
 from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Identity, Role, open_access
 from bloom.runtime.container import Container
-from bloom.runtime.services.completion import CompletionService
+from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.events import EventService
@@ -35,8 +35,8 @@ async def _leases(request: Request) -> LeaseService:
     return app_container(request).leases
 
 
-async def _completion(request: Request) -> CompletionService:
-    return app_container(request).completion
+async def _attempts(request: Request) -> AttemptService:
+    return app_container(request).attempts
 
 
 async def _workers(request: Request) -> WorkerService:
@@ -80,7 +80,7 @@ def acting_worker(caller: Identity, named: str | None) -> str | None:
 
 Tasks = Annotated[TaskService, Depends(_tasks)]
 Leases = Annotated[LeaseService, Depends(_leases)]
-Completions = Annotated[CompletionService, Depends(_completion)]
+Attempts = Annotated[AttemptService, Depends(_attempts)]
 Workers = Annotated[WorkerService, Depends(_workers)]
 Config = Annotated[ConfigService, Depends(_config)]
 Records = Annotated[RecordService, Depends(_records)]

@@ -1,13 +1,11 @@
-"""The worker registry, and the worker's long-polling claim."""
+"""The worker registry."""
 
 from dataclasses import fields
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter
 
-from bloom.runtime.api.deps import AppContainer, Caller, Workers, acting_worker
+from bloom.runtime.api.deps import Caller, Workers, acting_worker
 from bloom.runtime.api.schemas import (
-    ClaimBody,
-    ClaimReply,
     RegisterWorkerBody,
     Removed,
     WorkerDetail,
@@ -57,27 +55,3 @@ async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Ca
 async def remove_worker(worker_id: str, workers: Workers) -> JSON:
     await workers.remove(worker_id)
     return JSON(Removed(removed=True, id=worker_id))
-
-
-@router.post(
-    "/{worker_id}/claim",
-    response_model=ClaimReply,
-    responses={204: {"description": "No work arrived while waiting"}},
-    summary="Long-poll for a task: an assigned lease, or the best queued task",
-)
-async def claim(
-    worker_id: str,
-    request: Request,
-    container: AppContainer,
-    caller: Caller,
-    body: ClaimBody | None = None,
-) -> Response:
-    acting_worker(caller, worker_id)
-    body = body or ClaimBody()
-    wait = container.settings.claim_wait_sec if body.wait_seconds is None else body.wait_seconds
-    claimed = await container.leases.claim(
-        worker_id, wait_sec=wait, ttl_sec=body.ttl_seconds, gone=request.is_disconnected
-    )
-    if claimed is None:
-        return Response(status_code=204)
-    return JSON(ClaimReply(lease=claimed.lease, task=claimed.task))

@@ -18,7 +18,7 @@ from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound, ServiceError
 from bloom.domain.models import TaskEvent
 from bloom.domain.states import TERMINAL
-from bloom.runtime.services.completion import CompletionService
+from bloom.runtime.services.fencing import live_lease
 from bloom.runtime.services.signals import EventSignal, QueueSignal, wait_for_any
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
@@ -116,7 +116,7 @@ class EventService:
             # and is taken first, so the fence below sees any ending that committed meanwhile.
             # A task not in flight is not locked: the fence refuses it.
             await tx.tasks.lock_in_flight(task_id)
-            _, lease = await CompletionService.live_lease(tx, task_id, lease_id, worker_id, now)
+            _, lease = await live_lease(tx, task_id, lease_id, worker_id, now)
             last = await tx.events.last_seq(task_id)
             if rows:
                 await tx.events.append(

@@ -24,6 +24,7 @@ NO_WORKER = "No available worker with free capacity"
 @dataclass(frozen=True, slots=True)
 class LeaseSettings:
     ttl_sec: int = 300
+    claim_wait_sec: float = 25.0
     claim_ack_sec: int = 30
     claim_recheck_sec: float = 2.0
     sticky_wait_ms: int = 30_000
@@ -136,13 +137,16 @@ class LeaseService:
         self,
         worker_id: str,
         *,
-        wait_sec: float,
+        wait_sec: float | None = None,
         ttl_sec: int | None = None,
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> Claimed | None:
         """Long-poll for work: a lease already assigned to the worker, else the best queued task
-        it may run. Waits up to `wait_sec`, waking as soon as work may have appeared; stops early
-        when `gone()` says the caller hung up (so no lease goes to a closed connection)."""
+        it may run. Waits up to `wait_sec` (default: the configured claim wait), waking as soon as
+        work may have appeared; stops early when `gone()` says the caller hung up (so no lease
+        goes to a closed connection)."""
+        if wait_sec is None:
+            wait_sec = self.settings.claim_wait_sec
         deadline = time.monotonic() + wait_sec
         first = True
         while True:

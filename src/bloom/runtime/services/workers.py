@@ -7,7 +7,7 @@ from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound
 from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
 from bloom.domain.states import LeaseStatus, WorkerStatus
-from bloom.runtime.services.expiry import release_task_of_lost_lease
+from bloom.runtime.services.reaping import release_task_of_lost_lease
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import RuntimeDatabase
 

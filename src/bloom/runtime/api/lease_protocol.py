@@ -1,10 +1,13 @@
-"""The lease protocol: lease (push), heartbeat, complete."""
+"""The lease protocol, all four calls: a worker's claim (pull) or a lease given to a worker
+(push), then the attempt's heartbeats and its one complete, each fenced by the lease."""
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
 from bloom.domain.models import Completion
-from bloom.runtime.api.deps import Caller, Completions, Leases, acting_worker
+from bloom.runtime.api.deps import Attempts, Caller, Leases, acting_worker
 from bloom.runtime.api.schemas import (
+    ClaimBody,
+    ClaimReply,
     CompleteBody,
     CompleteReply,
     HeartbeatBody,
@@ -14,11 +17,40 @@ from bloom.runtime.api.schemas import (
 )
 from bloom.runtime.http import JSON
 
-router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["leases"])
+router = APIRouter()
+TASKS = "/api/runtime/llm-tasks"
 
 
 @router.post(
-    "/{task_id}/lease",
+    "/api/runtime/workers/{worker_id}/claim",
+    tags=["workers"],
+    response_model=ClaimReply,
+    responses={204: {"description": "No work arrived while waiting"}},
+    summary="Long-poll for a task: an assigned lease, or the best queued task",
+)
+async def claim(
+    worker_id: str,
+    request: Request,
+    leases: Leases,
+    caller: Caller,
+    body: ClaimBody | None = None,
+) -> Response:
+    acting_worker(caller, worker_id)
+    body = body or ClaimBody()
+    claimed = await leases.claim(
+        worker_id,
+        wait_sec=body.wait_seconds,
+        ttl_sec=body.ttl_seconds,
+        gone=request.is_disconnected,
+    )
+    if claimed is None:
+        return Response(status_code=204)
+    return JSON(ClaimReply(lease=claimed.lease, task=claimed.task))
+
+
+@router.post(
+    TASKS + "/{task_id}/lease",
+    tags=["leases"],
     status_code=201,
     response_model=LeaseGrant,
     summary="Lease a queued task to a worker (chosen, or picked by capacity and context)",
@@ -30,15 +62,16 @@ async def lease_task(task_id: str, leases: Leases, body: LeaseBody | None = None
 
 
 @router.post(
-    "/{task_id}/heartbeat",
+    TASKS + "/{task_id}/heartbeat",
+    tags=["leases"],
     response_model=HeartbeatReply,
     summary="Renew the lease; the reply says whether the task was cancelled",
 )
 async def heartbeat(
-    task_id: str, completions: Completions, caller: Caller, body: HeartbeatBody | None = None
+    task_id: str, attempts: Attempts, caller: Caller, body: HeartbeatBody | None = None
 ) -> JSON:
     body = body or HeartbeatBody()
-    beat = await completions.heartbeat(
+    beat = await attempts.heartbeat(
         task_id, lease_id=body.lease_id, worker_id=acting_worker(caller, body.worker_id)
     )
     return JSON(
@@ -52,14 +85,13 @@ async def heartbeat(
 
 
 @router.post(
-    "/{task_id}/complete",
+    TASKS + "/{task_id}/complete",
+    tags=["leases"],
     response_model=CompleteReply,
     summary="Report the attempt's result (atomic; repeating it returns the first outcome)",
 )
-async def complete(
-    task_id: str, body: CompleteBody, completions: Completions, caller: Caller
-) -> JSON:
-    done = await completions.complete(
+async def complete(task_id: str, body: CompleteBody, attempts: Attempts, caller: Caller) -> JSON:
+    done = await attempts.complete(
         task_id,
         Completion(
             status=body.status,

@@ -1,4 +1,4 @@
-"""Lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
+"""Reaping lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
 
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task

@@ -1,23 +1,23 @@
 """A leased attempt's life: heartbeats while it runs, then one atomic, idempotent complete.
 
-Both are fenced by the lease: they name it (or default to the task's current lease, as seed
-clients do), and a lease that expired, was released or was replaced is refused with a conflict
-and changes nothing.
+Both are fenced by the lease (`fencing`): they name it (or default to the task's current lease,
+as seed clients do), and a lease that expired, was released or was replaced is refused with a
+conflict and changes nothing.
 """
 
 from dataclasses import dataclass
 
 from bloom.artifacts import ArtifactStore, StoredContent
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, Forbidden, NotFound
+from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
+from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
-TASK_OR_LEASE_NOT_FOUND = "Task or lease not found"
 FAILURE_ACTIONS = {
     TaskStatus.QUEUED: "task_retry_scheduled",
     TaskStatus.FAILED: "task_failed",
@@ -41,19 +41,6 @@ class Completed:
     replayed: bool
 
 
-def _lapsed(lease: Lease, task: Task, now: int) -> Conflict:
-    """Why `lease` cannot be used any more."""
-    if task.lease_id != lease.id:
-        reason = f"superseded by lease {task.lease_id}" if task.lease_id else "task was requeued"
-    elif lease.status != LeaseStatus.ACTIVE:
-        reason = lease.status
-    elif lease.expires_at < now:
-        reason = "expired"
-    else:
-        reason = f"task is {task.status}"
-    return Conflict(f"Lease {lease.id} is no longer active ({reason})")
-
-
 def _usage_limit_reset(completion: Completion, now: int) -> int | None:
     """When a usage limit stopped the attempt: the reset time, before which its worker pauses."""
     if (
@@ -66,7 +53,7 @@ def _usage_limit_reset(completion: Completion, now: int) -> int | None:
     return None
 
 
-class CompletionService:
+class AttemptService:
     def __init__(
         self,
         db: RuntimeDatabase,
@@ -81,50 +68,6 @@ class CompletionService:
         self.store = store
         self.retry = retry
 
-    @staticmethod
-    async def _fenced(
-        tx: Repositories,
-        task_id: str,
-        lease_id: str | None,
-        worker_id: str | None,
-        *,
-        completing: bool,
-    ) -> tuple[Task, Lease]:
-        """The task and the lease the caller names (default: the task's current one), checked to
-        belong together and to the caller."""
-        found = await tx.leases.task_with_lease(task_id, lease_id)
-        if found is None:
-            raise NotFound("Task not found" if completing else TASK_OR_LEASE_NOT_FOUND)
-        task, lease = found
-        if lease is None and lease_id is None and completing:
-            raise Conflict(f"Task status is '{task.status}', expected 'leased' or 'running'")
-        if lease is None or lease.task_id != task_id:
-            raise NotFound(TASK_OR_LEASE_NOT_FOUND)
-        if worker_id is not None and lease.worker_id != worker_id:
-            raise Forbidden(
-                f"Lease {lease.id} is held by worker '{lease.worker_id}', not '{worker_id}'"
-            )
-        return task, lease
-
-    @staticmethod
-    async def live_lease(
-        tx: Repositories, task_id: str, lease_id: str, worker_id: str | None, now: int
-    ) -> tuple[Task, Lease]:
-        """For writes on behalf of a running attempt (its events): the task and the lease named,
-        which must be the task's current lease, active and unexpired, and held by `worker_id`
-        when given; otherwise the same refusals heartbeat and complete give (404, 409)."""
-        task, lease = await CompletionService._fenced(
-            tx, task_id, lease_id, worker_id, completing=True
-        )
-        if (
-            task.lease_id != lease.id
-            or task.status not in IN_FLIGHT
-            or lease.status != LeaseStatus.ACTIVE
-            or lease.expires_at < now
-        ):
-            raise _lapsed(lease, task, now)
-        return task, lease
-
     async def heartbeat(
         self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
     ) -> Beat:
@@ -138,8 +81,8 @@ class CompletionService:
                 lease_id = task.lease_id
             renewal = await tx.leases.renew(lease_id, task_id, now)
             if renewal is None or (worker_id is not None and renewal.lease.worker_id != worker_id):
-                task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=False)
-                raise _lapsed(lease, task, now)
+                task, lease = await fenced(tx, task_id, lease_id, worker_id, completing=False)
+                raise lapsed(lease, task, now)
             lease, status = renewal.lease, renewal.task_status
             if status == TaskStatus.LEASED:
                 running = await tx.tasks.transition(
@@ -175,7 +118,7 @@ class CompletionService:
         now = self.clock()
         pause_until = _usage_limit_reset(completion, now)
         async with self.db.write() as tx:
-            task, lease = await self._fenced(tx, task_id, lease_id, worker_id, completing=True)
+            task, lease = await fenced(tx, task_id, lease_id, worker_id, completing=True)
             if pause_until is not None:
                 # The worker's row before the lease and the task: every writer's lock order.
                 await tx.workers.lock(lease.worker_id)
@@ -185,7 +128,7 @@ class CompletionService:
                 replay = await self._replay(tx, lease, completion)
                 if replay is not None:
                     return replay
-                raise _lapsed(lease, task, now)
+                raise lapsed(lease, task, now)
             finished = await tx.tasks.transition(
                 task.id,
                 from_statuses=IN_FLIGHT,
@@ -193,7 +136,7 @@ class CompletionService:
                 values=self._next_task_values(task, completion, now),
             )
             if finished is None:
-                raise _lapsed(lease, task, now)  # rolls the lease release back too
+                raise lapsed(lease, task, now)  # rolls the lease release back too
             artifact = self._artifact(task.id, completion, stored, now)
             result = Result(
                 id=new_id(now),
