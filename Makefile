@@ -36,7 +36,10 @@ lint: install ## ruff: lint and formatting
 typecheck: install ## mypy, strict
 	$(RUN) mypy
 
-check: lint typecheck test ## Everything CI runs
+arch: install ## The layers docs/architecture.md states (import-linter contracts in pyproject.toml)
+	$(RUN) lint-imports
+
+check: lint typecheck arch test ## Everything CI runs
 
 bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchmarks.md)
 	$(RUN) bloom bench
@@ -44,4 +47,4 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 clean: ## Remove local state and caches (not .venv)
 	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-.PHONY: help install run demo test lint typecheck check bench clean
+.PHONY: help install run demo test lint typecheck arch check bench clean

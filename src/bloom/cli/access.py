@@ -14,12 +14,10 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 
 from bloom.cli.common import runtime_settings
-from bloom.db.database import Database
-from bloom.domain.clock import system_clock
 from bloom.domain.errors import ServiceError
 from bloom.domain.identity import Role
+from bloom.runtime.container import build_container
 from bloom.runtime.services.credentials import CredentialService
-from bloom.runtime.storage.repositories import Repositories
 from bloom.runtime.storage.schema import SCHEMA
 
 keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
@@ -39,11 +37,11 @@ def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
         SCHEMA.upgrade(target)
 
     async def go() -> T:
-        db = Database(target, Repositories, pool_size=1)
+        container = build_container(settings.model_copy(update={"db_pool_size": 1}))
         try:
-            return await action(CredentialService(db, system_clock))
+            return await action(container.credentials)
         finally:
-            await db.dispose()
+            await container.close()
 
     try:
         return asyncio.run(go())

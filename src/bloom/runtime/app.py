@@ -25,7 +25,7 @@ from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
-from bloom.runtime.secret_key import resolve_secret_key
+from bloom.runtime.secret_key import server_secret
 from bloom.runtime.sessions import SessionCodec
 from bloom.runtime.settings import RuntimeSettings
 from bloom.web.client_address import client_address
@@ -71,8 +71,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
     )
     for module in (system, session, workers, tasks, lease_protocol, events, records, membridge):
         app.include_router(module.router)
-    secret = settings.secret_key.get_secret_value() if settings.secret_key else None
-    app.state.sessions = SessionCodec(resolve_secret_key(secret, settings.data_dir))
+    app.state.sessions = SessionCodec(server_secret(settings))
     app.state.trusted_proxies = settings.trusted_proxies
 
     @app.get("/", include_in_schema=False)

@@ -10,7 +10,7 @@ from bloom.domain.clock import Clock, system_clock
 from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
-from bloom.runtime.secret_key import resolve_secret_key
+from bloom.runtime.secret_key import server_secret
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
@@ -83,11 +83,10 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         worker_live_ms=int(settings.worker_live_sec * 1000),
     )
     reaper = LeaseReaper(db, signal, clock)
-    secret = settings.secret_key.get_secret_value() if settings.secret_key else None
     config = ConfigService(
         db,
         clock,
-        box=SecretBox(resolve_secret_key(secret, settings.data_dir)),
+        box=SecretBox(server_secret(settings)),
         default_url=settings.membridge_server_url,
         default_admin_key=settings.membridge_admin_key.get_secret_value(),
     )

@@ -10,7 +10,15 @@ import os
 import secrets
 from pathlib import Path
 
+from bloom.runtime.settings import RuntimeSettings
+
 FILE_NAME = "secret.key"
+
+
+def server_secret(settings: RuntimeSettings) -> bytes:
+    """This server's secret key, as its settings say where to find it."""
+    configured = settings.secret_key.get_secret_value() if settings.secret_key else None
+    return resolve_secret_key(configured, settings.data_dir)
 
 
 def resolve_secret_key(configured: str | None, data_dir: Path) -> bytes:

@@ -15,7 +15,6 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
-from bloom.domain.clock import system_clock
 from bloom.domain.ids import canonical_id
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
@@ -32,24 +31,19 @@ class Worker:
         self,
         settings: WorkerSettings,
         client: RuntimeClient,
+        membridge: MembridgeClient | None = None,
         environ: Mapping[str, str] = os.environ,
     ):
         self.settings = settings
         self.client = client
+        self.membridge = membridge
+        """Where the worker also announces itself (the seed's agent registry), if anywhere."""
         self.environ = environ
         self.sessions = SessionBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
         self.stopping = asyncio.Event()
         self.refused = False
         """The runtime refused this worker's key."""
-        self.membridge = (
-            MembridgeClient(self._membridge_credentials, system_clock, retries=0, timeout_sec=10.0)
-            if settings.membridge_url
-            else None
-        )
-
-    async def _membridge_credentials(self) -> tuple[str, str]:
-        return self.settings.membridge_url or "", self.settings.membridge_key_value
 
     def registration(self, status: str = "online") -> dict[str, Any]:
         return {

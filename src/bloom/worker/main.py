@@ -7,7 +7,9 @@ import signal
 
 import structlog
 
+from bloom.clients.membridge import MembridgeClient
 from bloom.clients.runtime import RuntimeClient
+from bloom.domain.clock import system_clock
 from bloom.worker.agent import Worker
 from bloom.worker.settings import WorkerSettings
 
@@ -30,9 +32,21 @@ def run_worker(settings: WorkerSettings) -> int:
     return asyncio.run(_serve(settings))
 
 
+def membridge_client(settings: WorkerSettings) -> MembridgeClient | None:
+    """The client of the Membridge the worker announces itself to, when one is configured."""
+    url = settings.membridge_url
+    if not url:
+        return None
+
+    async def credentials() -> tuple[str, str]:
+        return url, settings.membridge_key_value
+
+    return MembridgeClient(credentials, system_clock, retries=0, timeout_sec=10.0)
+
+
 async def _serve(settings: WorkerSettings) -> int:
     async with RuntimeClient(settings.runtime_url, settings.api_key_value) as client:
-        worker = Worker(settings, client)
+        worker = Worker(settings, client, membridge_client(settings))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)

@@ -18,7 +18,7 @@ from sqlalchemy import (
     false,
 )
 
-from bloom.runtime.storage.tables import NAMING_CONVENTION, JSONType
+from bloom.db.columns import NAMING_CONVENTION, JSONType
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 

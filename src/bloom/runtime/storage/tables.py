@@ -5,7 +5,6 @@ BIGINTs (SQLite would drop tzinfo), JSON is JSONB on PostgreSQL and JSON text on
 """
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     Column,
@@ -18,15 +17,9 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+from bloom.db.columns import NAMING_CONVENTION, JSONType
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "pk": "pk_%(table_name)s",
-}
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 QUEUED_ONLY = text("status = 'queued'")

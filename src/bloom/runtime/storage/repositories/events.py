@@ -26,9 +26,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from bloom.db.columns import JSONType
 from bloom.db.repository import Repository, entity_columns
 from bloom.domain.models import TaskEvent
-from bloom.runtime.storage.tables import JSONType, task_events
+from bloom.runtime.storage.tables import task_events
 
 EVENT_COLUMNS = entity_columns(task_events, TaskEvent)
 ev = task_events

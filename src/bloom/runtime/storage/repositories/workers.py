@@ -5,10 +5,11 @@ from typing import Any
 from sqlalchemy import BigInteger, bindparam, case, delete, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from bloom.db.columns import JSONType
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
-from bloom.runtime.storage.tables import JSONType, leases, workers
+from bloom.runtime.storage.tables import leases, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
 w = workers
