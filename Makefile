@@ -26,8 +26,16 @@ run: install ## Start BLOOM locally: `bloom up` (Membridge, runtime, a worker) u
 demo: install ## The same with the echo model standing in for Claude's API: no key needed
 	$(RUN) bloom up --demo-model
 
-test: install ## Run the whole test suite (PostgreSQL and SQLite)
-	$(RUN) pytest
+test: install claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
+	$(RUN) pytest --cov --cov-report=term:skip-covered
+
+test-fast: install ## The edit loop: unit and integration tests on SQLite, no processes (under a minute)
+	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude"
+
+claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched into .cache/claude-cli with npm
+	@$(RUN) bloom claude path >/dev/null 2>&1 \
+	  || { command -v npm >/dev/null && $(RUN) bloom claude install >/dev/null; } \
+	  || echo "No Claude CLI, and no npm to fetch it: the tests that run it will be skipped"
 
 lint: install ## ruff: lint and formatting
 	$(RUN) ruff check src tests
@@ -45,6 +53,6 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 	$(RUN) bloom bench
 
 clean: ## Remove local state and caches (not .venv)
-	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage
 
-.PHONY: help install run demo test lint typecheck arch check bench clean
+.PHONY: help install run demo test test-fast claude-cli lint typecheck arch check bench clean

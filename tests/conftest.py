@@ -1,38 +1,41 @@
-"""Shared fixtures: both databases, a hand-moved clock, the app in-process and its services."""
+"""Shared fixtures: both databases (runtime and Membridge), a hand-moved clock, the apps in-process
+and their services, real server processes, the Claude CLI; and the markers every test gets from
+what it uses (`postgres`, `process`, `claude`)."""
 
-import os
 import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
+import coredis
 import httpx
 import psycopg
 import pytest
 
 from bloom.db.database import resolve_database
+from bloom.membridge.container import Container as MembridgeContainer
+from bloom.membridge.container import build_container as build_membridge
+from bloom.membridge.storage.schema import SCHEMA as MEMBRIDGE_SCHEMA
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.schema import SCHEMA
+from bloom.worker import claude_cli
 from tests.support.clock import FakeClock
+from tests.support.databases import TEMPLATE_DB, fresh_postgres_url, fresh_sqlite_url, make_settings
 from tests.support.db import DatabaseProbe
-from tests.support.net import closed_port
+from tests.support.membridge import (
+    MEMBRIDGE_TEMPLATE_DB,
+    fresh_membridge_postgres_url,
+    membridge_settings,
+)
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
+from tests.support.rate_limits import REDIS, on_redis
+from tests.support.required import unavailable
 from tests.support.server import RuntimeProcess
 from tests.support.worker import claude_binary
-
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-NO_MEMBRIDGE = f"http://127.0.0.1:{closed_port()}"
-TEMPLATE_DB = "bloom_template"
-
-
-def unavailable(reason: str) -> None:
-    """Skip on a laptop that lacks a part; in CI a missing part is a failure, never a skip."""
-    if IN_CI:
-        pytest.fail(f"required in CI: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -50,24 +53,11 @@ def postgres() -> Iterator[PostgresCluster]:
     cluster.stop()
 
 
-def fresh_postgres_url(cluster: PostgresCluster) -> str:
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(cluster.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
-    return cluster.url(name)
-
-
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "runtime.db"
     SCHEMA.upgrade(resolve_database(f"sqlite:///{path}", path.parent))
     return path
-
-
-def fresh_sqlite_url(template: Path, directory: Path) -> str:
-    path = directory / "runtime.db"
-    shutil.copyfile(template, path)
-    return f"sqlite:///{path}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -81,22 +71,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-def make_settings(database_url: str, data_dir: Path, **overrides: object) -> RuntimeSettings:
-    values: dict[str, object] = {
-        "database_url": database_url,
-        "data_dir": data_dir,
-        "api_key": None,
-        "access_log": False,
-        "reaper_interval_sec": 3600.0,  # tests reap explicitly, on the fake clock
-        "claim_recheck_sec": 0.05,
-        # Nothing listens there: a test that wants Membridge starts one and says so.
-        "membridge_server_url": NO_MEMBRIDGE,
-        "membridge_retries": 0,
-        "rate_limit_enabled": False,  # tests of the limits turn them on
-    }
-    return RuntimeSettings(**(values | overrides))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -145,8 +119,100 @@ def claude() -> Path:
     a failure in CI."""
     path = claude_binary()
     if path is None:
-        message = "the Claude CLI is not installed: `bloom claude install` (CI installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(
+            "the Claude CLI is not installed: `bloom claude install` (make test fetches it)"
+        )
     return path
+
+
+@pytest.fixture
+def no_claude_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """PATH holds only a directory of our own (empty unless a test adds to it)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    for name in (*claude_cli.BIN_ENV, claude_cli.CACHE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    return bin_dir
+
+
+# Membridge's databases and services
+
+
+@pytest.fixture(scope="session")
+def membridge_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("membridge-template") / "membridge.db"
+    MEMBRIDGE_SCHEMA.upgrade(resolve_database(f"sqlite:///{path}", path.parent))
+    return path
+
+
+@pytest.fixture(scope="session")
+def membridge_postgres(postgres: PostgresCluster) -> PostgresCluster:
+    """The session's cluster, with a template database holding Membridge's schema."""
+    with psycopg.connect(postgres.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {MEMBRIDGE_TEMPLATE_DB}")
+    target = resolve_database(postgres.url(MEMBRIDGE_TEMPLATE_DB), Path())
+    MEMBRIDGE_SCHEMA.upgrade(target)
+    return postgres
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def membridge_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A freshly migrated, empty Membridge database of each kind."""
+    if request.param == "sqlite":
+        path = tmp_path / "membridge.db"
+        shutil.copyfile(request.getfixturevalue("membridge_sqlite_template"), path)
+        return f"sqlite:///{path}"
+    return fresh_membridge_postgres_url(request.getfixturevalue("membridge_postgres"))
+
+
+@pytest.fixture
+async def membridge_services(
+    membridge_db_url: str, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[MembridgeContainer]:
+    """Membridge's services on a fresh database of each kind, on the hand-moved clock."""
+    built = build_membridge(membridge_settings(membridge_db_url, tmp_path), clock)
+    yield built
+    await built.close()
+
+
+# Redis, for the rate limits shared between processes
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A key prefix of this test's own on the test Redis; its keys are deleted afterwards."""
+
+    async def ping(client: coredis.Redis[bytes]) -> Any:
+        return await client.ping()
+
+    try:
+        on_redis(ping)
+    except Exception as exc:
+        unavailable(f"Redis does not answer at {REDIS}: {exc}")
+    prefix = f"bloom-test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+
+    async def clean(client: coredis.Redis[bytes]) -> int:
+        keys: list[str | bytes] = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        return await client.delete(keys) if keys else 0
+
+    on_redis(clean)
+
+
+# Markers from what a test uses, so that tiers and parts can be chosen with -m.
+
+PROCESS_TIER = Path(__file__).parent / "process"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        params = getattr(item, "callspec", None)
+        values = params.params.values() if params is not None else ()
+        fixtures = getattr(item, "fixturenames", ())
+        if "postgres" in fixtures or any(value == "postgresql" for value in values):
+            item.add_marker(pytest.mark.postgres)
+        if item.path.is_relative_to(PROCESS_TIER):
+            item.add_marker(pytest.mark.process)
+        if "claude" in fixtures:
+            item.add_marker(pytest.mark.claude)
