@@ -30,7 +30,7 @@ test: install claude-cli ## Run the whole test suite (every tier, PostgreSQL and
 	$(RUN) pytest --cov --cov-report=term:skip-covered
 
 test-fast: install ## The edit loop: unit and integration tests on SQLite, no processes (under a minute)
-	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude"
+	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude and not s3"
 
 claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched into .cache/claude-cli with npm
 	@$(RUN) bloom claude path >/dev/null 2>&1 \

@@ -34,6 +34,7 @@ from tests.support.membridge import (
 from tests.support.postgres import PostgresCluster, PostgresUnavailable
 from tests.support.rate_limits import REDIS, on_redis
 from tests.support.required import unavailable
+from tests.support.s3 import Bucket, MotoServer, TcpProxy, new_bucket_name
 from tests.support.server import RuntimeProcess
 from tests.support.worker import claude_binary
 
@@ -94,6 +95,30 @@ async def client(settings: RuntimeSettings, clock: FakeClock) -> AsyncIterator[h
         async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
             http.app = app  # type: ignore[attr-defined]
             yield http
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    """A real S3 endpoint (moto's server), shared by the session; each test takes a new bucket."""
+    server = MotoServer(tmp_path_factory.mktemp("moto"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: MotoServer) -> Bucket:
+    """A bucket name no other test uses (made by the code under test, as it must)."""
+    return Bucket(s3_server.url, new_bucket_name())
+
+
+@pytest.fixture
+def s3_proxy(s3_server: MotoServer) -> Iterator[TcpProxy]:
+    """The S3 endpoint behind a proxy the test can cut (an outage) and restore."""
+    proxy = TcpProxy(s3_server.port)
+    proxy.start()
+    yield proxy
+    proxy.stop()
 
 
 @pytest.fixture
@@ -216,3 +241,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.process)
         if "claude" in fixtures:
             item.add_marker(pytest.mark.claude)
+        if "s3_server" in fixtures:
+            item.add_marker(pytest.mark.s3)

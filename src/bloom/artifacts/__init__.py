@@ -1,5 +1,23 @@
-"""Where artifact content lives: inline in the database, or in files (S3 arrives later)."""
+"""Where artifact content lives: inline in the database, in files, or in an S3 bucket."""
 
-from bloom.artifacts.store import ArtifactStore, DatabaseStore, FileStore, StoredContent
+from bloom.artifacts.store import (
+    ArtifactStore,
+    ContentMissing,
+    DatabaseStore,
+    DigestMismatch,
+    ExternalStore,
+    FileStore,
+    StoredContent,
+    StoreUnavailable,
+)
 
-__all__ = ["ArtifactStore", "DatabaseStore", "FileStore", "StoredContent"]
+__all__ = [
+    "ArtifactStore",
+    "ContentMissing",
+    "DatabaseStore",
+    "DigestMismatch",
+    "ExternalStore",
+    "FileStore",
+    "StoreUnavailable",
+    "StoredContent",
+]

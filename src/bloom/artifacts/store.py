@@ -2,12 +2,16 @@
 (a retried complete) stores it once, and nothing written is ever changed."""
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
+
+READ_CHUNK = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +25,18 @@ class StoredContent:
     size_bytes: int
 
 
+class StoreUnavailable(Exception):
+    """The store cannot take or give content right now (an outage); worth retrying later."""
+
+
+class ContentMissing(Exception):
+    """The store holds nothing under that address."""
+
+
+class DigestMismatch(Exception):
+    """Content being moved does not hash to the SHA-256 recorded for it; nothing was stored."""
+
+
 class ArtifactStore(Protocol):
     kind: str
 
@@ -28,12 +44,28 @@ class ArtifactStore(Protocol):
         """Store `content`; called before the completing transaction, so it must be idempotent."""
         ...
 
-    async def read(self, sha256: str) -> bytes:
-        """The bytes stored under `sha256` (content kept outside the database)."""
+    async def open(
+        self, sha256: str, url: str | None, first: int, last: int
+    ) -> AsyncIterator[bytes]:
+        """Bytes `first`..`last` (inclusive) of content kept outside the database. Raises
+        `ContentMissing` or `StoreUnavailable` before the first byte."""
+        ...
+
+    async def close(self) -> None:
+        """Let go of connections, if any."""
         ...
 
 
-def _digest(data: bytes) -> str:
+class ExternalStore(ArtifactStore, Protocol):
+    """A store outside the database, which content can be moved into (`bloom artifacts
+    migrate`)."""
+
+    async def put_stream(self, chunks: AsyncIterable[bytes], sha256: str) -> StoredContent:
+        """Store streamed content known by its SHA-256; `DigestMismatch` if it hashes otherwise."""
+        ...
+
+
+def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -44,10 +76,15 @@ class DatabaseStore:
 
     async def put(self, content: str) -> StoredContent:
         data = content.encode()
-        return StoredContent("db", None, content, _digest(data), len(data))
+        return StoredContent("db", None, content, digest(data), len(data))
 
-    async def read(self, sha256: str) -> bytes:
-        raise LookupError("database-stored content is read from its row")
+    async def open(
+        self, sha256: str, url: str | None, first: int, last: int
+    ) -> AsyncIterator[bytes]:
+        raise ContentMissing("database-stored content is read from its row")
+
+    async def close(self) -> None:
+        return None
 
 
 class FileStore:
@@ -61,27 +98,67 @@ class FileStore:
     def _path(self, sha256: str) -> Path:
         return self.root / sha256[:2] / sha256
 
+    def _stored(self, sha256: str, size: int) -> StoredContent:
+        return StoredContent("fs", f"fs://{sha256}", None, sha256, size)
+
     async def put(self, content: str) -> StoredContent:
         data = content.encode()
-        sha256 = _digest(data)
+        return await self.put_stream(one_chunk(data), digest(data))
+
+    async def put_stream(self, chunks: AsyncIterable[bytes], sha256: str) -> StoredContent:
         path = self._path(sha256)
-        if not path.exists():
-            await asyncio.to_thread(_write_atomically, path, data)
-        return StoredContent("fs", f"fs://{sha256}", None, sha256, len(data))
+        if path.exists():
+            return self._stored(sha256, path.stat().st_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        hasher, size = hashlib.sha256(), 0
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                async for chunk in chunks:
+                    hasher.update(chunk)
+                    size += len(chunk)
+                    await asyncio.to_thread(handle.write, chunk)
+                await asyncio.to_thread(_flush, handle)
+            if hasher.hexdigest() != sha256:
+                raise DigestMismatch(f"content for {sha256} hashes to {hasher.hexdigest()}")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return self._stored(sha256, size)
 
-    async def read(self, sha256: str) -> bytes:
-        return await asyncio.to_thread(self._path(sha256).read_bytes)
+    async def open(
+        self, sha256: str, url: str | None, first: int, last: int
+    ) -> AsyncIterator[bytes]:
+        try:
+            handle = await asyncio.to_thread(self._path(sha256).open, "rb")
+        except FileNotFoundError:
+            raise ContentMissing(f"no file for {sha256}") from None
+        return _read_file(handle, first, last)
+
+    async def close(self) -> None:
+        return None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+async def _read_file(handle: BinaryIO, first: int, last: int) -> AsyncIterator[bytes]:
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        await asyncio.to_thread(handle.seek, first)
+        left = last - first + 1
+        while left > 0:
+            chunk = await asyncio.to_thread(handle.read, min(READ_CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
+
+
+def _flush(handle: BinaryIO) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())
+
+
+async def one_chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data

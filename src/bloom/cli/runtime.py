@@ -1,5 +1,6 @@
 """`bloom runtime serve`: the runtime HTTP server."""
 
+import asyncio
 import os
 from typing import Annotated
 
@@ -7,11 +8,14 @@ import structlog
 import typer
 import uvicorn
 
+from bloom.artifacts import StoreUnavailable
 from bloom.cli.common import _fail, runtime_settings, uvicorn_options
 from bloom.cli.logs import configure_logging
 from bloom.db.database import StorageKind
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
+from bloom.runtime.container import s3_store
+from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.schema import SCHEMA
 from bloom.web.settings import SettingsError
 
@@ -48,6 +52,8 @@ def serve(
         log.warning("runtime_insecure", message=INSECURE_WARNING, host=settings.host)
     if workers > 1 and target.kind is StorageKind.SQLITE:
         raise typer.BadParameter("several processes need PostgreSQL", param_hint="--workers")
+    if settings.artifact_store == "s3":
+        check_object_store(settings)
     if migrate_db and settings.migrate_on_start:
         SCHEMA.upgrade(target)
     common = uvicorn_options(settings.host, settings.port)
@@ -62,3 +68,22 @@ def serve(
             workers=workers,
             **common,
         )
+
+
+def check_object_store(settings: RuntimeSettings) -> None:
+    """Reach the S3 store (and make its bucket) before serving: refuse to start in one line when
+    it cannot be reached, or start degraded when BLOOM_S3_REQUIRED=false."""
+    store = s3_store(settings)
+
+    async def reach() -> None:
+        try:
+            await store.check()
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(reach())
+    except StoreUnavailable as exc:
+        if settings.s3_required:
+            _fail(f"artifact store: {exc} (BLOOM_S3_REQUIRED=false starts without it)")
+        log.warning("artifact_store_unreachable", error=str(exc), degraded=True)

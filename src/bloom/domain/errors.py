@@ -26,7 +26,12 @@ class Conflict(ServiceError):
 
 
 class Unavailable(ServiceError):
-    """Nothing can serve the request right now, e.g. no worker has a free slot (503)."""
+    """Nothing can serve the request right now, e.g. no worker has a free slot (503); with
+    `retry_after_sec`, when to try again (`Retry-After`)."""
+
+    def __init__(self, message: str, *, retry_after_sec: int | None = None):
+        super().__init__(message)
+        self.retry_after_sec = retry_after_sec
 
 
 class BadGateway(ServiceError):

@@ -2,6 +2,7 @@
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
 from bloom.clients.membridge import MembridgeClient
@@ -26,6 +27,9 @@ from bloom.runtime.services.workers import WorkerService
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+if TYPE_CHECKING:
+    from bloom.artifacts.s3 import S3Store
 
 
 @dataclass
@@ -54,7 +58,27 @@ class Container:
 
     async def close(self) -> None:
         await self.membridge_client.close()
+        for store in self.records.stores.values():
+            await store.close()
         await self.db.dispose()
+
+
+def artifact_stores(settings: RuntimeSettings) -> dict[str, ArtifactStore]:
+    """Every store content may be read from (S3 when configured), by kind."""
+    stores: dict[str, ArtifactStore] = {
+        "db": DatabaseStore(),
+        "fs": FileStore(settings.resolved_artifact_dir),
+    }
+    if settings.s3_configured:
+        stores["s3"] = s3_store(settings)
+    return stores
+
+
+def s3_store(settings: RuntimeSettings) -> "S3Store":
+    from bloom.artifacts.s3 import S3Store  # aiobotocore is loaded only when it is used
+    from bloom.objects.s3 import S3Bucket
+
+    return S3Store(S3Bucket(settings))
 
 
 def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
@@ -67,10 +91,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
     event_signal = EventSignal(EventsPublisher(db).publish if is_postgres else None)
-    stores: dict[str, ArtifactStore] = {
-        "db": DatabaseStore(),
-        "fs": FileStore(settings.resolved_artifact_dir),
-    }
+    stores = artifact_stores(settings)
     retry = RetryPolicy(
         base_ms=int(settings.retry_base_sec * 1000), max_ms=int(settings.retry_max_sec * 1000)
     )

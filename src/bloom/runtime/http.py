@@ -102,7 +102,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> Response:
-        return error(SERVICE_STATUS.get(type(exc), 400), exc.message)
+        retry_after = getattr(exc, "retry_after_sec", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return error(SERVICE_STATUS.get(type(exc), 400), exc.message, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

@@ -8,8 +8,9 @@ aliases, so the seed's env file runs us unchanged. Where both are set, the `BLOO
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
+from bloom.objects.settings import ObjectStoreSettings
 from bloom.web.settings import (
     ServerSettings,
     SettingsError,
@@ -20,7 +21,7 @@ from bloom.web.settings import (
 )
 
 
-class RuntimeSettings(ServerSettings):
+class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     """Everything `bloom runtime serve` reads from its environment."""
 
     data_dir: Path = Field(Path(".bloom"), validation_alias=bloom_env("DATA_DIR"))
@@ -82,7 +83,11 @@ class RuntimeSettings(ServerSettings):
     retry_base_sec: float = Field(15.0, ge=0, validation_alias=bloom_env("RETRY_BASE_SEC"))
     retry_max_sec: float = Field(600.0, ge=0, validation_alias=bloom_env("RETRY_MAX_SEC"))
 
-    artifact_store: Literal["db", "fs"] = Field("db", validation_alias=bloom_env("ARTIFACT_STORE"))
+    artifact_store: Literal["db", "fs", "s3"] = Field(
+        "db",
+        validation_alias=bloom_env("ARTIFACT_STORE"),
+        description="db (in the row, as the seed), fs (files) or s3 (MINIO_* / BLOOM_S3_*).",
+    )
     artifact_dir: Path | None = Field(None, validation_alias=bloom_env("ARTIFACT_DIR"))
 
     migrate_on_start: bool = Field(True, validation_alias=bloom_env("MIGRATE_ON_START"))
@@ -123,6 +128,12 @@ class RuntimeSettings(ServerSettings):
     @classmethod
     def _storage(cls, value: str) -> str:
         return check_rate_limit_storage(value)
+
+    @model_validator(mode="after")
+    def _s3_needs_endpoint(self) -> "RuntimeSettings":
+        if self.artifact_store == "s3" and not self.s3_configured:
+            raise ValueError("BLOOM_ARTIFACT_STORE=s3 needs MINIO_ENDPOINT (or BLOOM_S3_ENDPOINT)")
+        return self
 
     @property
     def api_key_value(self) -> str:

@@ -2,13 +2,15 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
 
 from bloom.domain.models import Artifact, AuditEntry, Lease
 from bloom.domain.states import LeaseStatus
 from bloom.runtime.api.deps import Records
 from bloom.runtime.http import JSON
 from bloom.runtime.services.records import Stats
+from bloom.web.ranges import RangeNotSatisfiable, parse_range
 
 router = APIRouter(prefix="/api/runtime", tags=["records"])
 MAX_PAGE = 5000
@@ -38,15 +40,38 @@ async def get_artifact(artifact_id: str, records: Records) -> JSON:
     return JSON(await records.artifact(artifact_id))
 
 
+@router.head("/artifacts/{artifact_id}/content", include_in_schema=False)
 @router.get(
     "/artifacts/{artifact_id}/content",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}, "application/json": {}}}},
-    summary="An artifact's content, as stored",
+    responses={
+        200: {"content": {"text/plain": {}, "application/json": {}}},
+        206: {"description": "The byte range the Range header asked for"},
+        416: {"description": "The range starts beyond the content"},
+    },
+    summary="An artifact's content, streamed from its store (Range and ETag honoured)",
 )
-async def get_artifact_content(artifact_id: str, records: Records) -> Response:
+async def get_artifact_content(artifact_id: str, records: Records, request: Request) -> Response:
     content = await records.artifact_content(artifact_id)
-    return Response(content.data, media_type=content.media_type)
+    headers = {"Accept-Ranges": "bytes"}
+    if content.sha256:
+        headers["ETag"] = f'"{content.sha256}"'
+        if request.headers.get("if-none-match") == headers["ETag"]:
+            return Response(status_code=304, headers=headers)
+    try:
+        wanted = parse_range(request.headers.get("range"), content.size)
+    except RangeNotSatisfiable:
+        headers["Content-Range"] = f"bytes */{content.size}"
+        return Response(status_code=416, headers=headers)
+    first, last, status = 0, content.size - 1, 200
+    if wanted is not None:
+        first, last, status = wanted.first, wanted.last, 206
+        headers["Content-Range"] = wanted.content_range(content.size)
+    headers["Content-Length"] = str(last - first + 1)
+    if request.method == "HEAD" or content.size == 0:
+        return Response(status_code=status, headers=headers, media_type=content.media_type)
+    chunks = await content.open(first, last)
+    return StreamingResponse(chunks, status, headers, media_type=content.media_type)
 
 
 @router.get("/audit", response_model=list[AuditEntry], summary="Audit entries, newest first")

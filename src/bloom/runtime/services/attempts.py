@@ -7,9 +7,11 @@ conflict and changes nothing.
 
 from dataclasses import dataclass
 
-from bloom.artifacts import ArtifactStore, StoredContent
+import structlog
+
+from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.errors import Conflict, NotFound, Unavailable
 from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
@@ -18,6 +20,9 @@ from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, laps
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
+log = structlog.get_logger(__name__)
+STORE_RETRY_AFTER_SEC = 5
+"""A complete refused because the artifact store is down asks to be retried this much later."""
 FAILURE_ACTIONS = {
     TaskStatus.QUEUED: "task_retry_scheduled",
     TaskStatus.FAILED: "task_failed",
@@ -114,7 +119,7 @@ class AttemptService:
     ) -> Completed:
         """Record an attempt's end: result, artifact, task status, lease release and audit in one
         transaction. Repeating it for the same lease returns the first outcome unchanged."""
-        stored = await self.store.put(completion.output) if completion.output is not None else None
+        stored = await self._store(completion.output) if completion.output is not None else None
         now = self.clock()
         pause_until = _usage_limit_reset(completion, now)
         async with self.db.write() as tx:
@@ -168,6 +173,18 @@ class AttemptService:
                 )
         self.signal.changed()
         return Completed(finished, artifact, result, replayed=False)
+
+    async def _store(self, output: str) -> StoredContent:
+        """The output in the artifact store before anything is committed: a task is never
+        completed with content that cannot be read back."""
+        try:
+            return await self.store.put(output)
+        except StoreUnavailable as exc:
+            log.warning("artifact_store_unavailable", error=str(exc))
+            raise Unavailable(
+                "Artifact store unavailable; retry the complete later",
+                retry_after_sec=STORE_RETRY_AFTER_SEC,
+            ) from None
 
     async def _replay(
         self, tx: Repositories, lease: Lease, completion: Completion

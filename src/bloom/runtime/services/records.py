@@ -1,10 +1,13 @@
 """Read-side use-cases over the records the engine keeps: artifacts, audit, leases, stats."""
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bloom.artifacts import ArtifactStore
-from bloom.domain.errors import NotFound
+from bloom.artifacts import ArtifactStore, ContentMissing, StoreUnavailable
+from bloom.artifacts.store import one_chunk
+from bloom.domain.errors import NotFound, Unavailable
 from bloom.domain.models import Artifact, AuditEntry, Lease
+from bloom.runtime.services.attempts import STORE_RETRY_AFTER_SEC
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
 
@@ -19,8 +22,12 @@ class Stats:
 
 @dataclass(frozen=True, slots=True)
 class Content:
-    data: bytes
+    """An artifact's content, to be opened for a byte range (`first`..`last`, inclusive)."""
+
+    size: int
+    sha256: str | None
     media_type: str
+    open: Callable[[int, int], Awaitable[AsyncIterator[bytes]]]
 
 
 class RecordService:
@@ -48,23 +55,30 @@ class RecordService:
         return artifact
 
     async def artifact_content(self, artifact_id: str) -> Content:
-        """An artifact's bytes, typed by the format its task asked for."""
+        """An artifact's content, typed by the format its task asked for."""
         async with self.db.read() as tx:
             artifact = await tx.artifacts.get(artifact_id)
             task = await tx.tasks.get(artifact.task_id) if artifact else None
         if artifact is None:
             raise NotFound("Artifact not found")
+        is_json = task is not None and task.desired_format == "json"
+        media_type = "application/json" if is_json else "text/plain; charset=utf-8"
         if artifact.content is not None:
             data = artifact.content.encode()
-        elif artifact.sha256 and artifact.storage in self.stores:
-            try:
-                data = await self.stores[artifact.storage].read(artifact.sha256)
-            except FileNotFoundError:
-                raise NotFound("Artifact content is missing from its store") from None
-        else:
+
+            async def inline(first: int, last: int) -> AsyncIterator[bytes]:
+                return one_chunk(data[first : last + 1])
+
+            return Content(len(data), artifact.sha256, media_type, inline)
+        store = self.stores.get(artifact.storage or "")
+        if artifact.sha256 is None or store is None or artifact.size_bytes is None:
             raise NotFound("Artifact has no content")
-        is_json = task is not None and task.desired_format == "json"
-        return Content(data, "application/json" if is_json else "text/plain; charset=utf-8")
+        return Content(
+            artifact.size_bytes,
+            artifact.sha256,
+            media_type,
+            _opener(store, artifact.sha256, artifact.url),
+        )
 
     async def stats(self) -> Stats:
         async with self.db.read() as tx:
@@ -76,3 +90,21 @@ class RecordService:
             leases={"total": leases_total, "active": leases_active},
             workers={"total": workers_total, "online": workers_online},
         )
+
+
+def _opener(
+    store: ArtifactStore, sha256: str, url: str | None
+) -> Callable[[int, int], Awaitable[AsyncIterator[bytes]]]:
+    """Opens content kept in `store`, its faults as the API's refusals."""
+
+    async def stored(first: int, last: int) -> AsyncIterator[bytes]:
+        try:
+            return await store.open(sha256, url, first, last)
+        except ContentMissing:
+            raise NotFound("Artifact content is missing from its store") from None
+        except StoreUnavailable:
+            raise Unavailable(
+                "Artifact store unavailable", retry_after_sec=STORE_RETRY_AFTER_SEC
+            ) from None
+
+    return stored

@@ -1,0 +1,130 @@
+"""The S3 artifact store against a real S3 endpoint (moto's server over HTTP): content-addressed
+puts that write once, multipart for large content, byte-exact ranged reads, digests checked, the
+bucket made when missing, and an unreachable store reported as such, quickly."""
+
+import hashlib
+import os
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from botocore.session import get_session
+
+from bloom.artifacts import ContentMissing, DigestMismatch, StoreUnavailable
+from bloom.artifacts.s3 import S3Store, object_key
+from bloom.objects.s3 import S3Bucket
+from bloom.objects.settings import ObjectStoreSettings
+from tests.support.net import closed_port
+from tests.support.s3 import ACCESS_KEY, SECRET_KEY, Bucket
+
+MIB = 1024 * 1024
+PART = 5 * MIB  # S3's smallest part
+
+
+def store_for(bucket: Bucket, part_size: int = PART, **settings: object) -> S3Store:
+    values = bucket.settings() | {"s3_timeout_sec": 2.0} | settings
+    return S3Store(S3Bucket(ObjectStoreSettings(**values), part_size=part_size))  # type: ignore[arg-type]
+
+
+def keys_in(bucket: Bucket) -> list[str]:
+    """The bucket's keys, read with plain botocore (not the code under test)."""
+    s3 = get_session().create_client(
+        "s3",
+        endpoint_url=bucket.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+    )
+    listing = s3.list_objects_v2(Bucket=bucket.name)  # type: ignore[attr-defined]
+    return sorted(item["Key"] for item in listing.get("Contents", []))
+
+
+async def read_all(store: S3Store, sha256: str, url: str | None, first: int, last: int) -> bytes:
+    return b"".join([chunk async for chunk in await store.open(sha256, url, first, last)])
+
+
+async def chunks_of(data: bytes, size: int = 1024 * 1024) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+@pytest.fixture
+async def store(s3_bucket: Bucket) -> AsyncIterator[S3Store]:
+    built = store_for(s3_bucket)
+    yield built
+    await built.close()
+
+
+async def test_put_makes_the_bucket_and_writes_content_once(
+    store: S3Store, s3_bucket: Bucket
+) -> None:
+    first = await store.put("hello, object store")
+    again = await store.put("hello, object store")
+    sha = hashlib.sha256(b"hello, object store").hexdigest()
+    assert first == again
+    assert (first.storage, first.content, first.sha256, first.size_bytes) == ("s3", None, sha, 19)
+    assert first.url == f"s3://{s3_bucket.name}/{object_key(sha)}"
+    assert keys_in(s3_bucket) == [object_key(sha)]
+    assert await read_all(store, sha, first.url, 0, 18) == b"hello, object store"
+
+
+async def test_multipart_content_reads_back_byte_exact_in_ranges(
+    store: S3Store, s3_bucket: Bucket
+) -> None:
+    data = os.urandom(12 * MIB + 123)  # three parts: 5, 5 and the rest
+    sha = hashlib.sha256(data).hexdigest()
+    stored = await store.put_stream(chunks_of(data), sha)
+    assert (stored.sha256, stored.size_bytes) == (sha, len(data))
+    assert await read_all(store, sha, stored.url, 0, len(data) - 1) == data
+    assert (
+        await read_all(store, sha, stored.url, PART - 10, PART + 10) == data[PART - 10 : PART + 11]
+    )
+    again = await store.put_stream(chunks_of(data), sha)  # found present: only hashed
+    assert again == stored
+    assert keys_in(s3_bucket) == [object_key(sha)]
+
+
+async def test_content_that_does_not_match_its_digest_is_not_stored(
+    store: S3Store, s3_bucket: Bucket
+) -> None:
+    small_wrong = hashlib.sha256(b"something else").hexdigest()
+    with pytest.raises(DigestMismatch):
+        await store.put_stream(chunks_of(b"small content"), small_wrong)
+    with pytest.raises(DigestMismatch):  # multipart: the upload is aborted, not completed
+        await store.put_stream(chunks_of(os.urandom(6 * MIB)), small_wrong)
+    assert keys_in(s3_bucket) == []
+
+
+async def test_missing_content_is_reported_as_missing(store: S3Store) -> None:
+    await store.check()
+    with pytest.raises(ContentMissing):
+        await store.open("ab" * 32, None, 0, 10)
+
+
+async def test_an_unreachable_store_is_unavailable_quickly() -> None:
+    bucket = Bucket(f"http://127.0.0.1:{closed_port()}", "nowhere")
+    store = store_for(bucket, s3_timeout_sec=1.0)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=f"object store {bucket.endpoint} unreachable"):
+        await store.put("anything")
+    with pytest.raises(StoreUnavailable):
+        await store.open("ab" * 32, None, 0, 1)
+    assert time.monotonic() - started < 10
+    await store.close()
+
+
+def test_endpoint_as_the_reference_runtime_spells_it() -> None:
+    """MINIO_ENDPOINT a host name, with MINIO_PORT and MINIO_USE_SSL (the reference runtime), or
+    a full URL (its sync tool): either env file works."""
+    assert ObjectStoreSettings(s3_endpoint="minio.lan").s3_endpoint_url == "http://minio.lan:9000"
+    assert (
+        ObjectStoreSettings(
+            s3_endpoint="minio.lan", s3_port=9443, s3_use_ssl="true"
+        ).s3_endpoint_url
+        == "https://minio.lan:9443"
+    )
+    assert (
+        ObjectStoreSettings(s3_endpoint="minio.lan:9001").s3_endpoint_url == "http://minio.lan:9001"
+    )
+    url = "https://minio.example.com/"
+    assert ObjectStoreSettings(s3_endpoint=url).s3_endpoint_url == "https://minio.example.com"
