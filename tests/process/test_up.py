@@ -21,8 +21,10 @@ import pytest
 
 from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, banner, plan
 from bloom.worker import claude_cli
+from tests.process.test_s3_artifacts import bloom
 from tests.support.net import free_port
 from tests.support.required import unavailable
+from tests.support.s3 import Bucket
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -265,6 +267,36 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
         assert gone(pid), f"{name} (pid {pid}) is still there"
     stops = [line for line in up.err if line.startswith("stopping ")]
     assert [line.split()[1] for line in stops] == ["worker", "runtime", "membridge", "model"]
+
+
+def test_bloom_up_with_minio_settings_keeps_artifacts_in_the_bucket(
+    tmp_path,
+    claude_bin,
+    started,
+    s3_bucket: Bucket,
+):
+    up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin, **s3_bucket.env())
+    started.append(up)
+    up.wait_for("BLOOM is up")
+    client_env = {"BLOOM_RUNTIME_URL": up.url}
+    done = bloom("task", "submit", "hello bucket", "--wait", env=client_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr + up.text()
+    assert done.stdout == "echo: hello bucket\n"
+
+    [artifact] = httpx.get(f"{up.url}/api/runtime/artifacts").json()
+    assert artifact["storage"] == "s3"
+    assert artifact["url"].startswith(f"s3://{s3_bucket.name}/artifacts/sha256/")
+    assert not any((up.data_dir / "artifacts").rglob("*"))
+
+    printed = bloom("artifact", "get", artifact["id"], env=client_env, cwd=tmp_path)
+    assert (printed.returncode, printed.stdout) == (0, "echo: hello bucket"), printed.stderr
+    saved = bloom("artifact", "get", artifact["id"], "-o", "out.txt", env=client_env, cwd=tmp_path)
+    assert saved.returncode == 0, saved.stderr
+    assert (tmp_path / "out.txt").read_text() == "echo: hello bucket"
+    missing = bloom("artifact", "get", "no-such-id", "-o", "x.txt", env=client_env, cwd=tmp_path)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "bloom: not found: Artifact not found"
+    assert not (tmp_path / "x.txt").exists()
 
 
 def test_a_child_that_fails_to_start_stops_the_others_and_says_why(tmp_path, started):

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 READ_CHUNK = 256 * 1024
 
@@ -56,6 +56,7 @@ class ArtifactStore(Protocol):
         ...
 
 
+@runtime_checkable
 class ExternalStore(ArtifactStore, Protocol):
     """A store outside the database, which content can be moved into (`bloom artifacts
     migrate`)."""

@@ -1,52 +1,26 @@
-"""`bloom key …` and `bloom user …`: credentials, made on the runtime's database directly.
+"""`bloom key …` and `bloom user …`: credentials, made on the runtime's database directly
+(`cli/admin.py`). A key is printed once, when it is made; only its hash is kept."""
 
-They run where the runtime's settings are (DATABASE_URL, or SQLite under BLOOM_DATA_DIR), need
-no running server and no admin key, and migrate the schema first if needed. A key is printed
-once, when it is made; only its hash is kept.
-"""
-
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
-from bloom.cli.common import runtime_settings
-from bloom.domain.errors import ServiceError
+from bloom.cli.admin import fail as _fail
+from bloom.cli.admin import on_runtime
 from bloom.domain.identity import Role
-from bloom.runtime.container import build_container
 from bloom.runtime.services.credentials import CredentialService
-from bloom.runtime.storage.schema import SCHEMA
 
 keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
 users = typer.Typer(help="People who log in to the dashboard.", no_args_is_help=True)
 T = TypeVar("T")
 
 
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(1)
-
-
 def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
-    """`action` on the runtime's database, with service refusals as one red line."""
-    settings, target = runtime_settings()
-    if settings.migrate_on_start:
-        SCHEMA.upgrade(target)
-
-    async def go() -> T:
-        container = build_container(settings.model_copy(update={"db_pool_size": 1}))
-        try:
-            return await action(container.credentials)
-        finally:
-            await container.close()
-
-    try:
-        return asyncio.run(go())
-    except ServiceError as exc:
-        _fail(exc.message)
+    """`action` on the runtime's credentials."""
+    return on_runtime(lambda container: action(container.credentials))
 
 
 def _when(ms: int | None) -> str:

@@ -3,7 +3,19 @@
 import typer
 
 from bloom import __version__
-from bloom.cli import access, bench, claude, db, echo_model, membridge, runtime, task, up, worker
+from bloom.cli import (
+    access,
+    artifact,
+    bench,
+    claude,
+    db,
+    echo_model,
+    membridge,
+    runtime,
+    task,
+    up,
+    worker,
+)
 
 app = typer.Typer(
     help="BLOOM Runtime: queue LLM tasks, lease them to Claude CLI workers, keep every result.",
@@ -15,6 +27,8 @@ app.add_typer(db.app, name="db")
 app.add_typer(membridge.app, name="membridge")
 app.add_typer(task.app, name="task")
 app.add_typer(worker.app, name="worker")
+app.add_typer(artifact.app, name="artifact")
+app.add_typer(artifact.app, name="artifacts", hidden=True)  # `bloom artifacts migrate` reads well
 app.add_typer(access.keys, name="key")
 app.add_typer(access.users, name="user")
 app.add_typer(claude.app, name="claude")

@@ -127,6 +127,11 @@ def worker_ready(runtime_url: str, name: str, since_ms: int, api_key: str = "") 
     return check
 
 
+def _object_store_set(environ: Mapping[str, str]) -> bool:
+    """MINIO_ENDPOINT (or BLOOM_S3_ENDPOINT) given: artifacts go to that bucket, else to files."""
+    return bool(environ.get("BLOOM_S3_ENDPOINT") or environ.get("MINIO_ENDPOINT"))
+
+
 def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[ChildSpec]:
     """The children of `bloom up`, in start order, with their environments."""
     data = options.data_dir
@@ -158,7 +163,7 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
     )
     runtime_env = with_key | {
         "BLOOM_DATABASE_URL": f"sqlite:///{data}/runtime.db",
-        "BLOOM_ARTIFACT_STORE": "fs",
+        "BLOOM_ARTIFACT_STORE": "s3" if _object_store_set(environ) else "fs",
         "BLOOM_ARTIFACT_DIR": str(data / "artifacts"),
         "BLOOM_MEMBRIDGE_URL": options.membridge_url,
     }

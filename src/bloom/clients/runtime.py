@@ -7,6 +7,7 @@ A 429 is waited out (as long as its `Retry-After` says) and retried a few times.
 """
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,12 @@ class TaskEvent:
     seq: int
     type: str
     data: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Download:
+    size: int | None
+    chunks: AsyncIterator[bytes]
 
 
 def _message(response: httpx.Response) -> str:
@@ -153,6 +160,21 @@ class RuntimeClient:
 
     async def artifact_content(self, artifact_id: str) -> str:
         return (await self._call("GET", f"/artifacts/{artifact_id}/content")).text
+
+    @contextlib.asynccontextmanager
+    async def artifact_download(self, artifact_id: str) -> AsyncIterator[Download]:
+        """An artifact's content as it streams, with its size (for a progress bar)."""
+        try:
+            async with self._http.stream(
+                "GET", f"/api/runtime/artifacts/{artifact_id}/content"
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise RuntimeApiError(response.status_code, _message(response))
+                length = response.headers.get("content-length")
+                yield Download(int(length) if length else None, response.aiter_bytes())
+        except httpx.HTTPError as exc:
+            raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
 
     async def list_workers(self) -> list[Any]:
         result: list[Any] = await self._json("GET", "/workers")

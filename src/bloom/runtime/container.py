@@ -12,6 +12,7 @@ from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import server_secret
+from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
@@ -43,6 +44,7 @@ class Container:
     workers: WorkerService
     config: ConfigService
     records: RecordService
+    artifact_moves: ArtifactMover
     events: EventService
     credentials: CredentialService
     reaper: LeaseReaper
@@ -131,6 +133,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         workers=WorkerService(db, signal, clock),
         config=config,
         records=RecordService(db, stores),
+        artifact_moves=ArtifactMover(db, stores),
         events=EventService(db, event_signal, signal, clock),
         credentials=CredentialService(db, clock),
         reaper=reaper,

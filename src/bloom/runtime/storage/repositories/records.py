@@ -26,6 +26,22 @@ _ARTIFACT_LIST = (
     .limit(bindparam("b_limit"))
 )
 _ARTIFACT_LIST_FOR_TASK = _ARTIFACT_LIST.where(art.c.task_id == bindparam("b_task"))
+_ARTIFACT_ELSEWHERE = (
+    select(*ARTIFACT_COLUMNS)
+    .where(
+        art.c.storage != bindparam("b_storage"),
+        art.c.sha256.is_not(None),
+        art.c.id > bindparam("b_after"),
+    )
+    .order_by(art.c.id)
+    .limit(bindparam("b_limit"))
+)
+_ARTIFACT_RELOCATE = (
+    update(art)
+    .where(art.c.id == bindparam("b_id"), art.c.storage == bindparam("b_from"))
+    .values(storage=bindparam("b_storage"), url=bindparam("b_url"), content=None)
+    .returning(art.c.id)
+)
 _RESULT_INSERT = insert(res)
 _RESULT_BY_LEASE = select(*RESULT_COLUMNS).where(res.c.lease_id == bindparam("b_lease"))
 _AUDIT_INSERT = insert(aud)
@@ -60,6 +76,18 @@ class ArtifactRepository(Repository):
         return await self.all(
             Artifact, _ARTIFACT_LIST_FOR_TASK, {"b_limit": limit, "b_task": task_id}
         )
+
+    async def stored_elsewhere(self, storage: str, *, after_id: str, limit: int) -> list[Artifact]:
+        """Artifacts with content not in `storage`, by id after `after_id` (a resumable walk)."""
+        params = {"b_storage": storage, "b_after": after_id, "b_limit": limit}
+        return await self.all(Artifact, _ARTIFACT_ELSEWHERE, params)
+
+    async def relocate(
+        self, artifact_id: str, from_storage: str, storage: str, url: str | None
+    ) -> bool:
+        """Point the row at its content's new home, if it is still where it was read from."""
+        params = {"b_id": artifact_id, "b_from": from_storage, "b_storage": storage, "b_url": url}
+        return bool(await self.run(_ARTIFACT_RELOCATE, params))
 
 
 class ResultRepository(Repository):

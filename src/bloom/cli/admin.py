@@ -1,0 +1,40 @@
+"""What the admin commands share (`bloom key`, `bloom user`, `bloom artifacts migrate`): they run
+where the runtime's settings are (DATABASE_URL, or SQLite under BLOOM_DATA_DIR), on its database
+directly, with no running server and no admin key, migrating the schema first if needed."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, TypeVar
+
+import typer
+
+from bloom.cli.common import runtime_settings
+from bloom.domain.errors import ServiceError
+from bloom.runtime.container import Container, build_container
+from bloom.runtime.storage.schema import SCHEMA
+
+T = TypeVar("T")
+
+
+def fail(message: str) -> NoReturn:
+    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(1)
+
+
+def on_runtime(action: Callable[[Container], Awaitable[T]]) -> T:
+    """`action` with the runtime's services, service refusals as one red line."""
+    settings, target = runtime_settings()
+    if settings.migrate_on_start:
+        SCHEMA.upgrade(target)
+
+    async def go() -> T:
+        container = build_container(settings.model_copy(update={"db_pool_size": 1}))
+        try:
+            return await action(container)
+        finally:
+            await container.close()
+
+    try:
+        return asyncio.run(go())
+    except ServiceError as exc:
+        fail(exc.message)
