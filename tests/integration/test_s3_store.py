@@ -96,7 +96,7 @@ async def test_content_that_does_not_match_its_digest_is_not_stored(
 
 
 async def test_missing_content_is_reported_as_missing(store: S3Store) -> None:
-    await store.check()
+    await store.bucket.ensure_bucket()
     with pytest.raises(ContentMissing):
         await store.open("ab" * 32, None, 0, 10)
 

@@ -71,3 +71,26 @@ def test_a_degraded_start_serves_and_refuses_completes(tmp_path):
     finally:
         runtime.stop()
     assert "artifact_store_unreachable" in runtime.log()
+
+
+def test_bloom_audit_export_on_demand(tmp_path, s3_bucket: Bucket):
+    runtime = RuntimeProcess(f"sqlite:///{tmp_path}/runtime.db", tmp_path)
+    runtime.start()
+    try:
+        body = {"context_id": "c", "agent_slug": "a", "prompt": "p"}
+        for _ in range(3):
+            assert httpx.post(f"{runtime.url}/api/runtime/llm-tasks", json=body).status_code == 201
+    finally:
+        runtime.stop()
+    env = s3_bucket.env(
+        DATABASE_URL=f"sqlite:///{tmp_path}/runtime.db",
+        BLOOM_DATA_DIR=str(tmp_path),
+        BLOOM_AUDIT_EXPORT_SETTLE_SEC="0",
+    )
+    first = bloom("audit", "export", env=env, cwd=tmp_path)
+    assert (first.returncode, first.stderr) == (0, "exported 3 audit entries in 1 objects\n")
+    again = bloom("audit", "export", env=env, cwd=tmp_path)
+    assert again.stderr == "exported 0 audit entries in 0 objects\n"
+    no_store = bloom("audit", "export", env={"BLOOM_DATA_DIR": str(tmp_path)}, cwd=tmp_path)
+    assert no_store.returncode == 1
+    assert "audit export needs the object store" in no_store.stderr

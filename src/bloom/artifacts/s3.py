@@ -27,13 +27,6 @@ class S3Store:
     def __init__(self, bucket: s3.S3Bucket):
         self.bucket = bucket
 
-    async def check(self) -> None:
-        """Reach the store and make the bucket if needed (startup)."""
-        try:
-            await self.bucket.ensure_bucket()
-        except s3.ObjectStoreUnavailable as exc:
-            raise StoreUnavailable(str(exc)) from None
-
     async def put(self, content: str) -> StoredContent:
         data = content.encode()
         return await self.put_stream(one_chunk(data), digest(data))

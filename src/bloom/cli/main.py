@@ -6,6 +6,7 @@ from bloom import __version__
 from bloom.cli import (
     access,
     artifact,
+    audit,
     bench,
     claude,
     db,
@@ -29,6 +30,7 @@ app.add_typer(task.app, name="task")
 app.add_typer(worker.app, name="worker")
 app.add_typer(artifact.app, name="artifact")
 app.add_typer(artifact.app, name="artifacts", hidden=True)  # `bloom artifacts migrate` reads well
+app.add_typer(audit.app, name="audit")
 app.add_typer(access.keys, name="key")
 app.add_typer(access.users, name="user")
 app.add_typer(claude.app, name="claude")

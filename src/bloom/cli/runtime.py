@@ -8,13 +8,13 @@ import structlog
 import typer
 import uvicorn
 
-from bloom.artifacts import StoreUnavailable
 from bloom.cli.common import _fail, runtime_settings, uvicorn_options
 from bloom.cli.logs import configure_logging
 from bloom.db.database import StorageKind
+from bloom.objects.s3 import ObjectStoreUnavailable
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
-from bloom.runtime.container import s3_store
+from bloom.runtime.container import object_bucket
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.schema import SCHEMA
 from bloom.web.settings import SettingsError
@@ -73,17 +73,18 @@ def serve(
 def check_object_store(settings: RuntimeSettings) -> None:
     """Reach the S3 store (and make its bucket) before serving: refuse to start in one line when
     it cannot be reached, or start degraded when BLOOM_S3_REQUIRED=false."""
-    store = s3_store(settings)
+    bucket = object_bucket(settings)
+    assert bucket is not None  # the settings require an endpoint for the s3 store
 
     async def reach() -> None:
         try:
-            await store.check()
+            await bucket.ensure_bucket()
         finally:
-            await store.close()
+            await bucket.close()
 
     try:
         asyncio.run(reach())
-    except StoreUnavailable as exc:
+    except ObjectStoreUnavailable as exc:
         if settings.s3_required:
             _fail(f"artifact store: {exc} (BLOOM_S3_REQUIRED=false starts without it)")
         log.warning("artifact_store_unreachable", error=str(exc), degraded=True)

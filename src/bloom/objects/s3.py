@@ -44,6 +44,8 @@ class DigestMismatch(Exception):
 class PutResult:
     sha256: str
     size_bytes: int
+    created: bool = True
+    """False when `if_absent` found an object already under the key (and kept it)."""
 
 
 class S3Bucket:
@@ -132,13 +134,18 @@ class S3Bucket:
         self._bucket_ready = True
 
     async def exists(self, key: str) -> bool:
-        s3 = await self._s3()
         try:
-            async with self._translated(key):
-                await s3.head_object(Bucket=self.bucket, Key=key)
+            await self.metadata(key)
         except ObjectMissing:
             return False
         return True
+
+    async def metadata(self, key: str) -> dict[str, str]:
+        """The user metadata stored with `key` (`x-amz-meta-*`); `ObjectMissing` if none."""
+        s3 = await self._s3()
+        async with self._translated(key):
+            head = await s3.head_object(Bucket=self.bucket, Key=key)
+        return dict(head.get("Metadata", {}))
 
     async def put(
         self,
@@ -148,6 +155,7 @@ class S3Bucket:
         content_type: str = "application/octet-stream",
         expected_sha256: str | None = None,
         if_absent: bool = False,
+        metadata: dict[str, str] | None = None,
     ) -> PutResult:
         """Stream `chunks` to `key`, holding at most one part in memory. With `expected_sha256`,
         content that does not match is not stored (`DigestMismatch`). With `if_absent`, an
@@ -171,17 +179,21 @@ class S3Bucket:
                     if upload is None and if_absent and await self.exists(key):
                         present, buffer = True, bytearray()
                         continue
-                    upload = upload or await self._start_multipart(s3, key, content_type)
+                    upload = upload or await self._start_multipart(
+                        s3, key, content_type, metadata or {}
+                    )
                     parts.append(await self._upload_part(s3, key, upload, len(parts) + 1, buffer))
                     buffer = bytearray()
             sha256 = digest.hexdigest()
             if expected_sha256 is not None and sha256 != expected_sha256:
                 raise DigestMismatch(f"{key}: content hashes to {sha256}, not {expected_sha256}")
             if present:
-                return PutResult(sha256, size)
+                return PutResult(sha256, size, created=False)
             if upload is None:
-                await self._put_object(s3, key, bytes(buffer), content_type, if_absent)
-                return PutResult(sha256, size)
+                created = await self._put_object(
+                    s3, key, bytes(buffer), content_type, if_absent, metadata or {}
+                )
+                return PutResult(sha256, size, created)
             if buffer:
                 parts.append(await self._upload_part(s3, key, upload, len(parts) + 1, buffer))
             async with self._translated(f"complete upload of {key}"):
@@ -201,9 +213,16 @@ class S3Bucket:
                     )
 
     async def _put_object(
-        self, s3: "S3Client", key: str, data: bytes, content_type: str, if_absent: bool
-    ) -> None:
-        """One PutObject; with `if_absent`, conditional (`If-None-Match: *`, one round trip)."""
+        self,
+        s3: "S3Client",
+        key: str,
+        data: bytes,
+        content_type: str,
+        if_absent: bool,
+        metadata: dict[str, str],
+    ) -> bool:
+        """One PutObject; with `if_absent`, conditional (`If-None-Match: *`, one round trip).
+        Whether it created the object."""
         condition = {"IfNoneMatch": "*"} if if_absent else {}
         try:
             async with self._translated(f"put {key}"):
@@ -213,21 +232,26 @@ class S3Bucket:
                         Key=key,
                         Body=data,
                         ContentType=content_type,
+                        Metadata=metadata,
                         **condition,  # type: ignore[arg-type]
                     )
                 except ClientError as exc:
                     if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
                         raise
+                    return False
         except ObjectMissing:  # the bucket went away under us: make it again, once
             self._bucket_ready = False
             await self.ensure_bucket()
-            await self._put_object(s3, key, data, content_type, if_absent)
+            return await self._put_object(s3, key, data, content_type, if_absent, metadata)
+        return True
 
-    async def _start_multipart(self, s3: "S3Client", key: str, content_type: str) -> dict[str, Any]:
+    async def _start_multipart(
+        self, s3: "S3Client", key: str, content_type: str, metadata: dict[str, str]
+    ) -> dict[str, Any]:
         async with self._translated(f"start upload of {key}"):
             return dict(
                 await s3.create_multipart_upload(
-                    Bucket=self.bucket, Key=key, ContentType=content_type
+                    Bucket=self.bucket, Key=key, ContentType=content_type, Metadata=metadata
                 )
             )
 

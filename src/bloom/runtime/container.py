@@ -14,6 +14,7 @@ from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import server_secret
 from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
+from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.events import EventService
@@ -30,7 +31,11 @@ from bloom.runtime.storage.notifications import EventsPublisher, QueueListener, 
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 if TYPE_CHECKING:
-    from bloom.artifacts.s3 import S3Store
+    from bloom.objects.s3 import S3Bucket
+
+
+AUDIT_EXPORT_CHECK_SEC = 60.0
+"""How often the exporter looks whether a full object is waiting (or its interval has passed)."""
 
 
 @dataclass
@@ -45,6 +50,7 @@ class Container:
     config: ConfigService
     records: RecordService
     artifact_moves: ArtifactMover
+    audit_export: AuditExporter | None
     events: EventService
     credentials: CredentialService
     reaper: LeaseReaper
@@ -65,22 +71,42 @@ class Container:
         await self.db.dispose()
 
 
-def artifact_stores(settings: RuntimeSettings) -> dict[str, ArtifactStore]:
+def object_bucket(settings: RuntimeSettings) -> "S3Bucket | None":
+    """The S3 bucket, when one is configured (aiobotocore is loaded only then)."""
+    if not settings.s3_configured:
+        return None
+    from bloom.objects.s3 import S3Bucket
+
+    return S3Bucket(settings)
+
+
+def artifact_stores(
+    settings: RuntimeSettings, bucket: "S3Bucket | None"
+) -> dict[str, ArtifactStore]:
     """Every store content may be read from (S3 when configured), by kind."""
     stores: dict[str, ArtifactStore] = {
         "db": DatabaseStore(),
         "fs": FileStore(settings.resolved_artifact_dir),
     }
-    if settings.s3_configured:
-        stores["s3"] = s3_store(settings)
+    if bucket is not None:
+        from bloom.artifacts.s3 import S3Store
+
+        stores["s3"] = S3Store(bucket)
     return stores
 
 
-def s3_store(settings: RuntimeSettings) -> "S3Store":
-    from bloom.artifacts.s3 import S3Store  # aiobotocore is loaded only when it is used
-    from bloom.objects.s3 import S3Bucket
-
-    return S3Store(S3Bucket(settings))
+def audit_exporter(
+    settings: RuntimeSettings, db: RuntimeDatabase, bucket: "S3Bucket | None", clock: Clock
+) -> AuditExporter | None:
+    if bucket is None or not settings.exports_audit:
+        return None
+    policy = ExportPolicy(
+        rows_per_object=settings.audit_export_rows,
+        interval_ms=int(settings.audit_export_interval_sec * 1000),
+        settle_ms=int(settings.audit_export_settle_sec * 1000),
+        retention_ms=int(settings.audit_retention_days * 86_400_000),
+    )
+    return AuditExporter(db, bucket, clock, policy)
 
 
 def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
@@ -93,7 +119,8 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
     event_signal = EventSignal(EventsPublisher(db).publish if is_postgres else None)
-    stores = artifact_stores(settings)
+    bucket = object_bucket(settings)
+    stores = artifact_stores(settings, bucket)
     retry = RetryPolicy(
         base_ms=int(settings.retry_base_sec * 1000), max_ms=int(settings.retry_max_sec * 1000)
     )
@@ -134,6 +161,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         config=config,
         records=RecordService(db, stores),
         artifact_moves=ArtifactMover(db, stores),
+        audit_export=audit_exporter(settings, db, bucket, clock),
         events=EventService(db, event_signal, signal, clock),
         credentials=CredentialService(db, clock),
         reaper=reaper,
@@ -145,6 +173,9 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     container.loops.append(
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
     )
+    if container.audit_export is not None:
+        check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)
+        container.loops.append(PeriodicLoop("audit_export", container.audit_export.step, check_sec))
     if is_postgres:
         container.loops.append(QueueListener(db.target, signal.wake, on_events=event_signal.wake))
     return container

@@ -90,6 +90,22 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     )
     artifact_dir: Path | None = Field(None, validation_alias=bloom_env("ARTIFACT_DIR"))
 
+    audit_export: bool | None = Field(
+        None,
+        validation_alias=bloom_env("AUDIT_EXPORT"),
+        description="Export the audit log to the S3 bucket; unset: when MINIO_ENDPOINT is set.",
+    )
+    audit_export_interval_sec: float = Field(
+        300.0, ge=1, validation_alias=bloom_env("AUDIT_EXPORT_INTERVAL_SEC")
+    )
+    audit_export_rows: int = Field(
+        10_000, ge=1, le=1_000_000, validation_alias=bloom_env("AUDIT_EXPORT_ROWS")
+    )
+    audit_export_settle_sec: float = Field(
+        60.0, ge=0, validation_alias=bloom_env("AUDIT_EXPORT_SETTLE_SEC")
+    )
+    audit_retention_days: float = Field(0, ge=0, validation_alias=bloom_env("AUDIT_RETENTION_DAYS"))
+
     migrate_on_start: bool = Field(True, validation_alias=bloom_env("MIGRATE_ON_START"))
     db_pool_size: int = Field(10, ge=1, le=200, validation_alias=bloom_env("DB_POOL_SIZE"))
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL"] = Field(
@@ -133,7 +149,13 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     def _s3_needs_endpoint(self) -> "RuntimeSettings":
         if self.artifact_store == "s3" and not self.s3_configured:
             raise ValueError("BLOOM_ARTIFACT_STORE=s3 needs MINIO_ENDPOINT (or BLOOM_S3_ENDPOINT)")
+        if self.audit_export and not self.s3_configured:
+            raise ValueError("BLOOM_AUDIT_EXPORT=true needs MINIO_ENDPOINT (or BLOOM_S3_ENDPOINT)")
         return self
+
+    @property
+    def exports_audit(self) -> bool:
+        return self.s3_configured if self.audit_export is None else self.audit_export
 
     @property
     def api_key_value(self) -> str:

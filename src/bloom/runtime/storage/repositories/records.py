@@ -1,6 +1,6 @@
 """SQL for the append-mostly records: artifacts, results, audit entries and settings."""
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.repository import Repository, entity_columns, entity_values
@@ -51,15 +51,32 @@ _AUDIT_LIST = (
     .limit(bindparam("b_limit"))
 )
 _AUDIT_LIST_FOR_TASK = _AUDIT_LIST.where(aud.c.task_id == bindparam("b_task"))
+_AUDIT_SETTLED = aud.c.id > bindparam("b_after"), aud.c.timestamp < bindparam("b_before")
+_AUDIT_TO_EXPORT = (
+    select(*AUDIT_COLUMNS).where(*_AUDIT_SETTLED).order_by(aud.c.id).limit(bindparam("b_limit"))
+)
+_AUDIT_TO_EXPORT_COUNT = select(func.count()).select_from(aud).where(*_AUDIT_SETTLED)
+_AUDIT_PRUNE = (
+    delete(aud)
+    .where(aud.c.id <= bindparam("b_upto"), aud.c.timestamp < bindparam("b_before"))
+    .returning(aud.c.id)
+)
+_SETTINGS_GET = select(cfg.c.value).where(cfg.c.key == bindparam("b_key"))
 _SETTINGS_ALL = select(cfg.c.key, cfg.c.value)
 _SETTINGS_SWAP = update(cfg).where(
     cfg.c.key == bindparam("b_key"), cfg.c.value == bindparam("b_old")
 )
 _SETTINGS_PUT = {}
+_SETTINGS_ADVANCE = {}
 for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
     _upsert = _dialect.insert(cfg)
     _SETTINGS_PUT[_kind] = _upsert.on_conflict_do_update(
         index_elements=[cfg.c.key], set_={"value": _upsert.excluded.value}
+    )
+    _SETTINGS_ADVANCE[_kind] = _upsert.on_conflict_do_update(
+        index_elements=[cfg.c.key],
+        set_={"value": _upsert.excluded.value},
+        where=cfg.c.value < _upsert.excluded.value,
     )
 
 
@@ -131,6 +148,19 @@ class AuditRepository(Repository):
             AuditEntry, _AUDIT_LIST_FOR_TASK, {"b_limit": limit, "b_task": task_id}
         )
 
+    async def to_export(self, *, after_id: str, before: int, limit: int) -> list[AuditEntry]:
+        """Entries after `after_id` written before `before` (epoch ms), in id order."""
+        params = {"b_after": after_id, "b_before": before, "b_limit": limit}
+        return await self.all(AuditEntry, _AUDIT_TO_EXPORT, params)
+
+    async def count_to_export(self, *, after_id: str, before: int) -> int:
+        params = {"b_after": after_id, "b_before": before}
+        return int(await self.scalar(_AUDIT_TO_EXPORT_COUNT, params))
+
+    async def prune(self, *, upto_id: str, before: int) -> int:
+        """Delete entries up to `upto_id` (exported) written before `before`."""
+        return len(await self.run(_AUDIT_PRUNE, {"b_upto": upto_id, "b_before": before}))
+
 
 class SettingsRepository(Repository):
     async def all_values(self) -> dict[str, str]:
@@ -139,6 +169,14 @@ class SettingsRepository(Repository):
     async def put(self, values: dict[str, str]) -> None:
         for key, value in values.items():
             await self.run(_SETTINGS_PUT[self.kind], {"key": key, "value": value})
+
+    async def get(self, key: str) -> str | None:
+        value = await self.scalar(_SETTINGS_GET, {"b_key": key})
+        return None if value is None else str(value)
+
+    async def advance(self, key: str, value: str) -> None:
+        """Set `key` to `value` unless it already holds a greater one (a checkpoint)."""
+        await self.run(_SETTINGS_ADVANCE[self.kind], {"key": key, "value": value})
 
     async def swap(self, key: str, old: str, new: str) -> None:
         """Set `key` to `new` only if it still holds `old` (compare-and-set)."""
