@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Annotated
 
 import structlog
@@ -17,6 +18,7 @@ from bloom.runtime.app import create_app
 from bloom.runtime.container import object_bucket
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.schema import SCHEMA
+from bloom.web.metrics import MULTIPROC_ENV
 from bloom.web.settings import SettingsError
 
 app = typer.Typer(help="The runtime server.", no_args_is_help=True)
@@ -60,6 +62,7 @@ def serve(
     if workers == 1:
         uvicorn.run(create_app(settings), **common)
     else:  # the processes read their settings from the environment: pass ours on
+        os.environ[MULTIPROC_ENV] = str(shared_metrics_dir(settings.data_dir, settings.port))
         os.environ["BLOOM_HOST"] = settings.host
         os.environ["BLOOM_INSECURE"] = "true" if settings.insecure else "false"
         uvicorn.run(
@@ -88,3 +91,13 @@ def check_object_store(settings: RuntimeSettings) -> None:
         if settings.s3_required:
             _fail(f"artifact store: {exc} (BLOOM_S3_REQUIRED=false starts without it)")
         log.warning("artifact_store_unreachable", error=str(exc), degraded=True)
+
+
+def shared_metrics_dir(data_dir: Path, port: int) -> Path:
+    """Where the server processes of one `serve --workers N` keep their metrics (emptied first:
+    counters start at zero with the server, as Prometheus expects of a restart)."""
+    path = (data_dir / f"metrics-{port}").resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    return path

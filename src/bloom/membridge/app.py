@@ -8,8 +8,8 @@ from fastapi import FastAPI
 
 from bloom.domain.clock import Clock, system_clock
 from bloom.membridge import API_VERSION
-from bloom.membridge.api import agents, fleet, jobs, projects, system
-from bloom.membridge.auth import AdminKeyMiddleware
+from bloom.membridge.api import agents, fleet, jobs, metrics, projects, system
+from bloom.membridge.auth import METRICS_PATH, PUBLIC_PATHS, AdminKeyMiddleware
 from bloom.membridge.container import build_container
 from bloom.membridge.http import install_error_handlers, invalid_query
 from bloom.membridge.openapi import document_membridge_errors
@@ -56,12 +56,16 @@ def create_app(
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
-    for module in (system, agents, projects, fleet, jobs):
+    for module in (system, agents, projects, fleet, jobs, metrics):
         app.include_router(module.router)
     install_error_handlers(app)
     document_membridge_errors(app, settings)
     if not settings.auth_disabled:
-        app.add_middleware(AdminKeyMiddleware, admin_key=settings.admin_key_value)
+        app.add_middleware(
+            AdminKeyMiddleware,
+            admin_key=settings.admin_key_value,
+            public_paths=PUBLIC_PATHS | ({METRICS_PATH} if settings.metrics_public else set()),
+        )
     if settings.rate_limit_enabled:  # before the key check: refused callers are counted too
         limiter = RateLimiter.from_url(
             settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
@@ -82,5 +86,5 @@ def create_app(
         docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/health"},
     )
-    app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
+    app.add_middleware(RequestLogMiddleware, server="membridge", access_log=settings.access_log)
     return app

@@ -12,18 +12,21 @@ from bloom.membridge.http import detail
 
 HEADER = b"x-membridge-admin"
 PUBLIC_PATHS = frozenset({"/health", "/docs", "/openapi.json"})
+METRICS_PATH = "/metrics"
+"""Public too with BLOOM_METRICS_PUBLIC; else it needs the admin key, as everything else."""
 UNAUTHORIZED = "Unauthorized — invalid or missing X-MEMBRIDGE-ADMIN header"
 
 
 class AdminKeyMiddleware:
-    def __init__(self, app: ASGIApp, admin_key: str):
+    def __init__(self, app: ASGIApp, admin_key: str, public_paths: frozenset[str] = PUBLIC_PATHS):
         if not admin_key:
             raise ValueError("an admin key is required")
         self.app = app
         self.expected = admin_key.encode()
+        self.public_paths = public_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
+        if scope["type"] != "http" or scope["path"] in self.public_paths:
             await self.app(scope, receive, send)
             return
         presented = next((value for name, value in scope["headers"] if name == HEADER), b"")

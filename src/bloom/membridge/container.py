@@ -7,6 +7,7 @@ from bloom.domain.clock import Clock, system_clock
 from bloom.membridge.services.agents import AgentService
 from bloom.membridge.services.fleet import FleetService
 from bloom.membridge.services.jobs import JobService
+from bloom.membridge.services.metrics import MetricsService
 from bloom.membridge.services.projects import ProjectService
 from bloom.membridge.settings import DEFAULT_DATABASE_NAME, MembridgeSettings
 from bloom.membridge.storage.repositories import MembridgeDatabase, MembridgeRepositories
@@ -20,6 +21,7 @@ class Container:
     projects: ProjectService
     fleet: FleetService
     jobs: JobService
+    metrics: MetricsService
 
     async def close(self) -> None:
         await self.db.dispose()
@@ -41,4 +43,5 @@ def build_container(settings: MembridgeSettings, clock: Clock = system_clock) ->
         projects=ProjectService(db, clock),
         fleet=FleetService(db, clock),
         jobs=JobService(db),
+        metrics=MetricsService(db),
     )

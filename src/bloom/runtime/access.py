@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from bloom.domain.identity import Identity, Kind, Role
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+METRICS_PATH = "/metrics"
 
 
 class Access(Enum):
@@ -37,6 +38,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("POST", "/logout"): Access.PUBLIC,  # checks its own CSRF token
     ("GET", f"{RT}/session"): Access.PUBLIC,
     ("GET", f"{RT}/health"): Access.PUBLIC,
+    ("GET", "/metrics"): Access.READ,  # PUBLIC with BLOOM_METRICS_PUBLIC (see `authorize`)
     ("POST", f"{RT}/test-connection"): Access.PUBLIC,  # the seed's: public, rate limited
     ("GET", f"{RT}/config"): Access.READ,
     ("POST", f"{RT}/config"): Access.ADMIN,
@@ -91,7 +93,9 @@ async def authorize(request: Request) -> None:
     access = rule_for(request.method, getattr(route, "path_format", request.url.path))
     if access is None:
         raise HTTPException(403, "Forbidden: no access rule for this route")
-    if access is Access.PUBLIC:
+    if access is Access.PUBLIC or (
+        request.url.path == METRICS_PATH and getattr(request.app.state, "metrics_public", False)
+    ):
         return
     identity: Identity | None = getattr(request.state, "identity", None)
     if identity is None or identity.role is None:

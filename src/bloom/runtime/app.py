@@ -13,6 +13,7 @@ from bloom.runtime.api import (
     events,
     lease_protocol,
     membridge,
+    metrics,
     records,
     session,
     system,
@@ -69,10 +70,21 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         lifespan=lifespan,
         dependencies=[Depends(authorize)],  # every route has an access rule (runtime/access.py)
     )
-    for module in (system, session, workers, tasks, lease_protocol, events, records, membridge):
+    for module in (
+        system,
+        session,
+        workers,
+        tasks,
+        lease_protocol,
+        events,
+        records,
+        membridge,
+        metrics,
+    ):
         app.include_router(module.router)
     app.state.sessions = SessionCodec(server_secret(settings))
     app.state.trusted_proxies = settings.trusted_proxies
+    app.state.metrics_public = settings.metrics_public
 
     @app.get("/", include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -101,7 +113,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         docs_paths={"/api/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/api/runtime/health", "/api/membridge/health"},
     )
-    app.add_middleware(RequestLogMiddleware, access_log=settings.access_log)
+    app.add_middleware(RequestLogMiddleware, server="runtime", access_log=settings.access_log)
     return app
 
 

@@ -20,6 +20,7 @@ from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
+from bloom.runtime.services.metrics import MetricsService
 from bloom.runtime.services.reaping import LeaseReaper
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
@@ -51,6 +52,7 @@ class Container:
     records: RecordService
     artifact_moves: ArtifactMover
     audit_export: AuditExporter | None
+    metrics: MetricsService
     events: EventService
     credentials: CredentialService
     reaper: LeaseReaper
@@ -162,6 +164,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         records=RecordService(db, stores),
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
+        metrics=MetricsService(db, clock),
         events=EventService(db, event_signal, signal, clock),
         credentials=CredentialService(db, clock),
         reaper=reaper,

@@ -1,4 +1,5 @@
-"""Request ids and one access-log line per request (method, path, status, time; never bodies)."""
+"""Request ids, one access-log line per request (method, path, status, time; never bodies), and
+the request's HTTP metrics (by route template)."""
 
 import re
 import time
@@ -7,14 +8,17 @@ import uuid
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bloom.web.metrics import UNMATCHED, observe_request
+
 log = structlog.get_logger("bloom.access")
 REQUEST_ID = b"x-request-id"
 SAFE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 
 
 class RequestLogMiddleware:
-    def __init__(self, app: ASGIApp, *, access_log: bool = True):
+    def __init__(self, app: ASGIApp, *, server: str, access_log: bool = True):
         self.app = app
+        self.server = server
         self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -38,11 +42,14 @@ class RequestLogMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path_format", UNMATCHED)
+            observe_request(self.server, scope["method"], route, status, seconds)
             if self.access_log:
                 log.info(
                     "request",
                     method=scope["method"],
                     path=scope["path"],
                     status=status,
-                    ms=round((time.perf_counter() - started) * 1000, 2),
+                    ms=round(seconds * 1000, 2),
                 )

@@ -78,6 +78,11 @@ class ServerSettings(ServiceSettings):
         validation_alias=bloom_env("HTTPS_REDIRECT"),
         description="301 to https:// for requests a proxy marks `X-Forwarded-Proto: http`.",
     )
+    metrics_public: bool = Field(
+        False,
+        validation_alias=bloom_env("METRICS_PUBLIC"),
+        description="Serve /metrics without credentials even when an API key is set.",
+    )
 
 
 def is_loopback(host: str) -> bool:

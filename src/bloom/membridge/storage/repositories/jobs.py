@@ -1,6 +1,6 @@
 """SQL for `membridge_jobs`: the sync jobs log, newest first."""
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, func, insert, select
 
 from bloom.db.repository import Repository, entity_columns, entity_values
 from bloom.membridge.models import Job
@@ -15,6 +15,7 @@ _LIST = (
     select(*JOB_COLUMNS).order_by(j.c.created_at.desc(), j.c.id.desc()).limit(bindparam("b_limit"))
 )
 _LIST_FOR_PROJECT = _LIST.where(j.c.project == bindparam("b_project"))
+_COUNT_BY_STATUS = select(j.c.status, func.count()).group_by(j.c.status)
 
 
 class JobRepository(Repository):
@@ -28,3 +29,6 @@ class JobRepository(Repository):
         if project is None:
             return await self.all(Job, _LIST, {"b_limit": limit})
         return await self.all(Job, _LIST_FOR_PROJECT, {"b_limit": limit, "b_project": project})
+
+    async def count_by_status(self) -> dict[str, int]:
+        return {str(status): int(count) for status, count in await self.rows(_COUNT_BY_STATUS)}

@@ -1,0 +1,80 @@
+"""What the runtime's `/metrics` reports: gauges read from the database at each scrape (the same
+from every process and replica), and counters and histograms of what this process did."""
+
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Histogram
+
+from bloom.domain.clock import Clock
+from bloom.domain.states import TaskStatus, WorkerStatus
+from bloom.runtime.storage.repositories import RuntimeDatabase
+
+SECONDS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+TASK_OUTCOMES = Counter(
+    "bloom_task_outcomes_total",
+    "Attempts ended by a complete, by the task's next status "
+    "(completed, queued for a retry, failed, dead, cancelled).",
+    ["status"],
+)
+QUEUE_WAIT = Histogram(
+    "bloom_task_queue_wait_seconds",
+    "From a task's (re)queueing to its lease.",
+    buckets=SECONDS,
+)
+RUN_TIME = Histogram(
+    "bloom_task_run_seconds",
+    "From a lease's start to its complete: one attempt's run time.",
+    buckets=SECONDS,
+)
+LEASES_EXPIRED = Counter(
+    "bloom_leases_expired_total", "Leases the reaper expired (their worker went quiet)."
+)
+REAPER_ACTIONS = Counter(
+    "bloom_reaper_actions_total",
+    "What the reaper did with the task of an expired lease.",
+    ["action"],
+)
+CLAIM_SECONDS = Histogram(
+    "bloom_claim_seconds",
+    "A worker's claim, from its call to its answer, by whether it was given work.",
+    ["result"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 30, 60, 120),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The database's state, for gauges."""
+
+    tasks: dict[str, int]
+    workers: dict[str, int]
+    free_slots: int
+    leases_active: int
+
+
+class MetricsService:
+    def __init__(self, db: RuntimeDatabase, clock: Clock):
+        self.db = db
+        self.clock = clock
+
+    async def snapshot(self) -> Snapshot:
+        async with self.db.read() as tx:
+            tasks = await tx.tasks.count_by_status()
+            workers = await tx.workers.find()
+            active = await tx.leases.active_counts()
+            _, leases_active = await tx.leases.totals()
+        now = self.clock()
+        by_status = {str(status): 0 for status in WorkerStatus}
+        free = 0
+        for worker in workers:
+            by_status[str(worker.status)] = by_status.get(str(worker.status), 0) + 1
+            paused = worker.paused_until is not None and worker.paused_until > now
+            if worker.status == WorkerStatus.ONLINE and worker.claude_cli and not paused:
+                free += max(worker.max_concurrency - active.get(worker.id, 0), 0)
+        return Snapshot(
+            tasks={str(status): tasks.get(str(status), 0) for status in TaskStatus},
+            workers=by_status,
+            free_slots=free,
+            leases_active=leases_active,
+        )
