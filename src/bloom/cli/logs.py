@@ -6,7 +6,11 @@ import sys
 import structlog
 
 
-def configure_logging(level: str = "info", fmt: str = "json") -> None:
+def configure_logging(level: str = "info", fmt: str = "auto") -> None:
+    """structlog for every process: `json` lines, `console` for people, or `auto` (console on a
+    terminal, JSON otherwise)."""
+    if fmt == "auto":
+        fmt = "console" if sys.stderr.isatty() else "json"
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

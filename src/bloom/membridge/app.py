@@ -16,10 +16,21 @@ from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
 from bloom.web.guards import install_http_guards
+from bloom.web.head import HeadAsGetMiddleware
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
 
 log = structlog.get_logger("bloom.membridge")
+
+
+ROUTINE_REQUESTS = {
+    ("GET", "/health"): frozenset({200}),
+    ("GET", "/metrics"): frozenset({200}),
+    ("GET", "/agents"): frozenset({200}),  # the runtime's worker sync, every 10 s
+    ("POST", "/agents"): frozenset({200}),  # an agent's presence (201: a new one, INFO)
+    ("POST", "/agent/heartbeat"): frozenset({200}),
+}
+"""Requests logged at DEBUG: polling and keep-alives, not events (`web/request_log.py`)."""
 
 
 def create_app(
@@ -86,5 +97,11 @@ def create_app(
         docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/health"},
     )
-    app.add_middleware(RequestLogMiddleware, server="membridge", access_log=settings.access_log)
+    app.add_middleware(HeadAsGetMiddleware)
+    app.add_middleware(
+        RequestLogMiddleware,
+        server="membridge",
+        routine=ROUTINE_REQUESTS,
+        access_log=settings.access_log,
+    )
     return app

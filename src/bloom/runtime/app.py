@@ -31,6 +31,7 @@ from bloom.runtime.sessions import SessionCodec
 from bloom.runtime.settings import RuntimeSettings
 from bloom.web.client_address import client_address
 from bloom.web.guards import install_http_guards
+from bloom.web.head import HeadAsGetMiddleware
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
 
@@ -41,6 +42,18 @@ INDEX = f"""<!doctype html>
 <ul><li><a href="/api/docs">API reference</a></li>
 <li><a href="/api/runtime/health">Health</a></li></ul>
 </body></html>"""
+
+
+RT = "/api/runtime"
+ROUTINE_REQUESTS = {
+    ("GET", f"{RT}/health"): frozenset({200}),
+    ("GET", "/metrics"): frozenset({200}),
+    ("POST", f"{RT}/workers"): frozenset({200}),  # a worker's presence (201: a new one, INFO)
+    ("POST", f"{RT}/workers/{{worker_id}}/claim"): frozenset({204}),  # waited, got nothing
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/heartbeat"): frozenset({200}),
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/events"): frozenset({200}),
+}
+"""Requests logged at DEBUG: polling and keep-alives, not events (`web/request_log.py`)."""
 
 
 def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system_clock) -> FastAPI:
@@ -113,7 +126,13 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         docs_paths={"/api/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/api/runtime/health", "/api/membridge/health"},
     )
-    app.add_middleware(RequestLogMiddleware, server="runtime", access_log=settings.access_log)
+    app.add_middleware(HeadAsGetMiddleware)
+    app.add_middleware(
+        RequestLogMiddleware,
+        server="runtime",
+        routine=ROUTINE_REQUESTS,
+        access_log=settings.access_log,
+    )
     return app
 
 

@@ -1,9 +1,15 @@
 """Request ids, one access-log line per request (method, path, status, time; never bodies), and
-the request's HTTP metrics (by route template)."""
+the request's HTTP metrics (by route template).
 
+Routine traffic (a health probe, an empty long-poll claim, a heartbeat, a scrape: what each
+server lists in its `Routine`) is logged at DEBUG, so INFO shows what happened, not who polled.
+"""
+
+import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -11,14 +17,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bloom.web.metrics import UNMATCHED, observe_request
 
 log = structlog.get_logger("bloom.access")
+Routine = Mapping[tuple[str, str], frozenset[int]]
+"""(method, route template) → the statuses for which such a request is routine."""
 REQUEST_ID = b"x-request-id"
 SAFE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 
 
 class RequestLogMiddleware:
-    def __init__(self, app: ASGIApp, *, server: str, access_log: bool = True):
+    def __init__(self, app: ASGIApp, *, server: str, routine: Routine, access_log: bool = True):
         self.app = app
         self.server = server
+        self.routine = routine
         self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -46,7 +55,9 @@ class RequestLogMiddleware:
             route = getattr(scope.get("route"), "path_format", UNMATCHED)
             observe_request(self.server, scope["method"], route, status, seconds)
             if self.access_log:
-                log.info(
+                routine = status in self.routine.get((scope["method"], route), ())
+                log.log(
+                    logging.DEBUG if routine else logging.INFO,
                     "request",
                     method=scope["method"],
                     path=scope["path"],

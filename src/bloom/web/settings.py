@@ -36,7 +36,11 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)
 
     log_level: str = Field("info", validation_alias=bloom_env("LOG_LEVEL"))
-    log_format: Literal["json", "console"] = Field("json", validation_alias=bloom_env("LOG_FORMAT"))
+    log_format: Literal["auto", "json", "console"] = Field(
+        "auto",
+        validation_alias=bloom_env("LOG_FORMAT"),
+        description="json lines, console for people, auto: console on a terminal, else json.",
+    )
     access_log: bool = Field(True, validation_alias=bloom_env("ACCESS_LOG"))
     trusted_proxies: Annotated[tuple[Network, ...], NoDecode] = Field(
         (),

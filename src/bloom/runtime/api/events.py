@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
@@ -17,6 +17,7 @@ from bloom.runtime.api.deps import Caller, Events, Tasks, acting_worker
 from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
 from bloom.runtime.http import JSON, invalid
 from bloom.runtime.services.events import End, Keepalive, NewEvent
+from bloom.web.head import is_head
 
 router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["events"])
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -53,6 +54,7 @@ async def append_events(
     summary="Follow a task's events (Server-Sent Events; resumes after Last-Event-ID)",
 )
 async def stream_events(
+    request: Request,
     task_id: str,
     events: Events,
     tasks: Tasks,
@@ -75,6 +77,8 @@ async def stream_events(
     await events.status(task_id)  # 404 before the stream starts
     if caller.role is Role.WORKER and (await tasks.get(task_id)).worker_id != caller.worker_id:
         raise Forbidden("A worker key reads the events of its own tasks only")
+    if is_head(request.scope):  # the headers a GET would get, and no endless body to drop
+        return Response(media_type="text/event-stream", headers=SSE_HEADERS)
     stream = events.follow(task_id, after=start, follow=follow)
     return StreamingResponse(_sse(stream), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -10,6 +10,7 @@ from bloom.domain.states import LeaseStatus
 from bloom.runtime.api.deps import Records
 from bloom.runtime.http import JSON
 from bloom.runtime.services.records import Stats
+from bloom.web.head import is_head
 from bloom.web.ranges import RangeNotSatisfiable, parse_range
 
 router = APIRouter(prefix="/api/runtime", tags=["records"])
@@ -40,7 +41,6 @@ async def get_artifact(artifact_id: str, records: Records) -> JSON:
     return JSON(await records.artifact(artifact_id))
 
 
-@router.head("/artifacts/{artifact_id}/content", include_in_schema=False)
 @router.get(
     "/artifacts/{artifact_id}/content",
     response_class=Response,
@@ -68,7 +68,7 @@ async def get_artifact_content(artifact_id: str, records: Records, request: Requ
         first, last, status = wanted.first, wanted.last, 206
         headers["Content-Range"] = wanted.content_range(content.size)
     headers["Content-Length"] = str(last - first + 1)
-    if request.method == "HEAD" or content.size == 0:
+    if is_head(request.scope) or content.size == 0:
         return Response(status_code=status, headers=headers, media_type=content.media_type)
     chunks = await content.open(first, last)
     return StreamingResponse(chunks, status, headers, media_type=content.media_type)
