@@ -25,6 +25,7 @@ from bloom.cli.remote import (
 )
 from bloom.cli.watch import TaskView, answer, follow
 from bloom.clients.runtime import TERMINAL, RuntimeClient
+from bloom.domain.models import DEFAULT_TIMEOUT_SEC
 
 app = typer.Typer(help="Queue LLM tasks and follow them.", no_args_is_help=True)
 
@@ -96,7 +97,12 @@ def submit(
     agent: Annotated[str, typer.Option(help="Agent slug.")] = "default",
     fmt: Annotated[Format, typer.Option("--format", help="Answer format.")] = Format.text,
     timeout: Annotated[
-        int | None, typer.Option(min=1, max=3600, help="Seconds one attempt may run (120).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=3600,
+            help=f"Seconds one attempt may run ({DEFAULT_TIMEOUT_SEC}).",
+        ),
     ] = None,
     budget: Annotated[
         float | None, typer.Option(min=0, help="Cost limit in USD, 0 for none (0).")

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.domain.models import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
 from bloom.worker.outcome import Outcome, RunReport, decide
@@ -203,7 +204,7 @@ class TaskRun:
             prompt=build_prompt(task["prompt"], context),
             cwd=workdir,
             env=child_environment(self.environ, slug),
-            timeout_sec=int(policy.get("timeout_sec") or 120),
+            timeout_sec=int(policy.get("timeout_sec") or DEFAULT_TIMEOUT_SEC),
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
             budget_usd=float(policy.get("budget") or 0),
