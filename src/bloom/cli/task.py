@@ -24,12 +24,13 @@ from bloom.cli.remote import (
     when,
 )
 from bloom.cli.watch import TaskView, answer, follow
-from bloom.clients.runtime import TERMINAL, RuntimeClient
+from bloom.clients.runtime import RuntimeClient
 from bloom.domain.models import DEFAULT_TIMEOUT_SEC
+from bloom.domain.states import TERMINAL, TaskStatus
 
 app = typer.Typer(help="Queue LLM tasks and follow them.", no_args_is_help=True)
 
-STATUSES = ("queued", "leased", "running", "completed", "failed", "dead", "cancelled")
+STATUSES = tuple(TaskStatus)
 INTERRUPTED = 130
 
 

@@ -14,13 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from bloom.clients.runtime import (
-    TERMINAL,
-    RuntimeApiError,
-    RuntimeClient,
-    RuntimeUnreachable,
-    TaskEvent,
-)
+from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
+from bloom.domain.states import TERMINAL
 
 POLL_SEC = 1.0
 SETTLE_SEC = 3.0  # after the task ended, how long the events stream may take to deliver the rest

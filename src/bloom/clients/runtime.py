@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 
 API_KEY_HEADER = "X-Runtime-API-Key"
-TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
 RATE_LIMIT_RETRIES = 3
 """A 429 is waited out (as its Retry-After says) this many times before it is an error."""
 MAX_RETRY_AFTER_SEC = 30.0
