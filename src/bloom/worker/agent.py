@@ -15,6 +15,7 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
@@ -181,7 +182,7 @@ class Worker:
             if grant is not None:
                 await self._run(grant)
 
-    async def _run(self, grant: Mapping[str, Any]) -> None:
+    async def _run(self, grant: Grant) -> None:
         """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
         run = TaskRun(self.settings, self.client, self.sessions, self.pause, grant, self.environ)
         task = asyncio.create_task(run.run())
