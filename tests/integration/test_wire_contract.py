@@ -3,17 +3,26 @@ field renamed on one side fails here rather than in a worker at run time."""
 
 import dataclasses
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from bloom.cli.task import task_body
+from bloom.clients.membridge import MembridgeClient
 from bloom.clients.runtime import RuntimeClient
 from bloom.clients.wire import CompleteRequest, HeartbeatRequest, LeaseInfo
+from bloom.domain.fleet import parse_agent
+from bloom.domain.ids import canonical_id
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.membridge.app import create_app as create_membridge
+from bloom.worker.agent import Worker
+from bloom.worker.settings import WorkerSettings
 from tests.support.api import API
+from tests.support.clock import FakeClock
+from tests.support.membridge import membridge_settings
 
 REGISTRATION = {"name": "w1", "capabilities": {"max_concurrency": 2, "labels": ["gpu"]}}
 
@@ -24,6 +33,23 @@ async def runtime(client: httpx.AsyncClient) -> AsyncIterator[RuntimeClient]:
     transport = httpx.ASGITransport(app=client.app)  # type: ignore[attr-defined]
     async with RuntimeClient("http://runtime", transport=transport) as runtime:
         yield runtime
+
+
+@pytest.fixture
+async def membridge(
+    membridge_db_url: str, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[MembridgeClient]:
+    """Membridge's client, on the in-process Membridge app."""
+    app = create_membridge(membridge_settings(membridge_db_url, tmp_path))
+    async with app.router.lifespan_context(app):
+
+        async def credentials() -> tuple[str, str]:
+            return "http://membridge", ""
+
+        transport = httpx.ASGITransport(app=app)
+        client = MembridgeClient(credentials, clock, retries=0, transport=transport)
+        yield client
+        await client.close()
 
 
 def sent_every_field(value: Any, raw: Mapping[str, Any]) -> bool:
@@ -133,3 +159,25 @@ async def test_cancel_and_requeue_parse_into_the_wire_types(runtime: RuntimeClie
     assert done.task.status is TaskStatus.FAILED
     assert (await runtime.requeue_task(second.id)).status is TaskStatus.QUEUED
     assert (await runtime.cancel_task(second.id)).status is TaskStatus.CANCELLED
+
+
+async def test_the_workers_membridge_calls_parse_into_the_wire_types(
+    membridge: MembridgeClient, tmp_path: Path
+) -> None:
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, max_concurrency=2)
+    async with RuntimeClient("http://runtime") as runtime:
+        registration = Worker(settings, runtime).registration()
+    agent = await membridge.register_agent(registration)
+    assert agent is not None
+    assert (agent.name, agent.status, agent.capabilities["max_concurrency"]) == ("w1", "online", 2)
+    beat = {"node_id": "w1", "canonical_id": canonical_id("proj"), "project_id": "proj"}
+    role = await membridge.node_heartbeat(beat)
+    assert role is not None
+    assert (role.canonical_id, role.role) == (canonical_id("proj"), "unknown")  # none chosen
+    assert await membridge.node_heartbeat({"node_id": "w1"}) is None  # refused: no project
+
+    listing = (await membridge.request("GET", "/agents")).json()  # as the worker sync reads it
+    (synced,) = [parse_agent(raw) for raw in listing]
+    assert synced is not None
+    assert (synced.id, synced.status, synced.capabilities["max_concurrency"]) == ("w1", "online", 2)
+    assert synced.last_seen is not None

@@ -4,6 +4,7 @@ A parser takes the fields it knows and ignores the rest (a newer server may add 
 needs that is missing, null or of the wrong type raises `WireError`, naming the field's path.
 """
 
+import json
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -116,3 +117,12 @@ def parse_list(data: Any, parse: Parser[T], where: str = "") -> list[T]:
     if not isinstance(data, list):
         raise WireError(f"{where or 'the reply'}: expected a list, got {_kind(data)}")
     return [parse(item, f"{where}[{index}]") for index, item in enumerate(data)]
+
+
+def parse_body(body: bytes, parse: Parser[T]) -> T:
+    """A reply's JSON body read by `parse`; WireError if it is not JSON."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise WireError("not JSON") from None
+    return parse(data, "")

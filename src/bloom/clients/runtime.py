@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from bloom.clients.fields import Parser, WireError, parse_list
+from bloom.clients.fields import Parser, WireError, parse_body, parse_list
 from bloom.clients.wire import (
     ArtifactInfo,
     CompleteReply,
@@ -238,11 +238,10 @@ def _parse(response: httpx.Response, parse: Parser[T], call: str) -> T:
     """The reply's JSON body read by `parse`; RuntimeContractError, naming the field, if it
     cannot be."""
     try:
-        return parse(response.json(), "")
-    except ValueError as exc:  # WireError, or a body that is not JSON
-        problem = exc if isinstance(exc, WireError) else "not JSON"
+        return parse_body(response.content, parse)
+    except WireError as exc:
         raise RuntimeContractError(
-            response.status_code, f"unexpected reply to {call}: {problem}"
+            response.status_code, f"unexpected reply to {call}: {exc}"
         ) from None
 
 

@@ -121,7 +121,7 @@ class Worker:
         project = self.settings.project_dir.resolve().name if self.settings.project_dir else None
         while True:
             try:
-                await self.membridge.request("POST", "/agents", json=self.registration())
+                await self.membridge.register_agent(self.registration())
                 if project:
                     beat = {
                         "node_id": self.settings.name,
@@ -129,7 +129,7 @@ class Worker:
                         "project_id": project,
                         "agent_version": __version__,
                     }
-                    await self.membridge.request("POST", "/agent/heartbeat", json=beat)
+                    await self.membridge.node_heartbeat(beat)
             except MembridgeUnavailable as exc:
                 log.warning("membridge_unreachable", error=str(exc))
             await asyncio.sleep(self.settings.membridge_heartbeat_sec)
@@ -142,9 +142,7 @@ class Worker:
         if self.membridge is None:
             return
         with contextlib.suppress(MembridgeUnavailable):
-            await self.membridge.request(
-                "POST", "/agents", json=self.registration("offline"), timeout_sec=3
-            )
+            await self.membridge.register_agent(self.registration("offline"), timeout_sec=3)
         await self.membridge.close()
 
     async def _slot(self) -> None:
