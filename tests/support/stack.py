@@ -5,17 +5,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bloom.domain.states import TERMINAL
 from tests.support.membridge import MembridgeProcess
 from tests.support.server import RuntimeProcess
 from tests.support.worker import EchoModelProcess, WorkerProcess
-
-TERMINAL = {"completed", "failed", "dead", "cancelled"}
 
 
 class Stack:
@@ -118,14 +117,14 @@ class Stack:
         return task
 
     def wait(
-        self, task_id: str, statuses: set[str] = TERMINAL, timeout: float = 60
+        self, task_id: str, statuses: Collection[str] = TERMINAL, timeout: float = 60
     ) -> dict[str, Any]:
         task: dict[str, Any] = wait_for(
             lambda: self._in(task_id, statuses), timeout, f"{task_id} in {statuses}"
         )
         return task
 
-    def _in(self, task_id: str, statuses: set[str]) -> dict[str, Any] | None:
+    def _in(self, task_id: str, statuses: Collection[str]) -> dict[str, Any] | None:
         task = self.task(task_id)
         return task if task["status"] in statuses else None
 

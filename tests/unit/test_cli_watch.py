@@ -3,7 +3,6 @@ server: the rendering of progress and events, and following a runtime with no ev
 
 import io
 import json
-from typing import Any
 
 import httpx
 from rich.console import Console
@@ -14,6 +13,7 @@ from bloom.cli.remote import ago
 from bloom.cli.task import task_body
 from bloom.cli.watch import TaskView, follow
 from bloom.clients.runtime import RuntimeClient, TaskEvent
+from tests.support.wire import task, task_json
 
 
 class Clock:
@@ -29,10 +29,6 @@ def view() -> tuple[TaskView, io.StringIO, Clock]:
     clock = Clock()
     console = Console(file=buffer, width=200, color_system=None, highlight=False)
     return TaskView(console, clock=clock), buffer, clock
-
-
-def task(status: str, **fields: Any) -> dict[str, Any]:
-    return {"id": "t1", "status": status, "worker_id": None, "attempts": 0} | fields
 
 
 def test_progress_lines_only_when_something_changed():
@@ -134,14 +130,14 @@ async def test_follow_polls_a_runtime_without_an_events_stream():
             return httpx.Response(404, json={"error": "Not found"})
         if request.url.path == "/api/runtime/llm-tasks/t1":
             current["status"] = next(states, "completed")
-            body = task(current["status"], worker_id="w1")
+            body = task_json(current["status"], worker_id="w1")
             return httpx.Response(200, content=json.dumps(body))
         return httpx.Response(500)
 
     shown, buffer, _ = view()
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(handler)) as client:
         final = await follow(client, "t1", shown, poll_sec=0.01)
-    assert final["status"] == "completed"
+    assert final.status == "completed"
     lines = [line.split(maxsplit=1)[1] for line in buffer.getvalue().splitlines()]
     assert lines == ["queued", "running on w1", "completed"]
 

@@ -6,7 +6,12 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from bloom.clients.membridge import ADMIN_HEADER, MembridgeClient, MembridgeUnavailable
+from bloom.clients.membridge import (
+    ADMIN_HEADER,
+    MembridgeClient,
+    MembridgeContractError,
+    MembridgeUnavailable,
+)
 from tests.support.clock import FakeClock
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -113,3 +118,19 @@ async def test_recovery_after_failures_clears_them(clock: FakeClock) -> None:
         "lastError": None,
         "connected": True,
     }
+
+
+async def test_the_workers_calls_parse_membridges_answer(clock: FakeClock) -> None:
+    """A refusal is None (the reference refuses an agent without a url); an answer of another
+    shape is a MembridgeContractError naming the field."""
+    upstream = Upstream(
+        httpx.Response(422, json={"detail": "url required"}),
+        httpx.Response(201, json={"name": "w1", "status": "online", "capabilities": {}}),
+        httpx.Response(200, json={"ok": True, "canonical_id": "c1", "rol": "primary"}),
+    )
+    client = make_client(upstream, clock, [])
+    assert await client.register_agent({"name": "w1"}) is None
+    with pytest.raises(MembridgeContractError, match="POST /agents: url: missing"):
+        await client.register_agent({"name": "w1"})
+    with pytest.raises(MembridgeContractError, match="POST /agent/heartbeat: role: missing"):
+        await client.node_heartbeat({"node_id": "w1", "canonical_id": "c1"})

@@ -31,6 +31,7 @@ from bloom.worker.task_run import (
     _batch,
     _bounded,
 )
+from tests.support.wire import grant
 
 
 def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
@@ -64,9 +65,10 @@ def test_success_carries_output_session_and_metrics() -> None:
         "cost_usd": 0.0021,
         "num_turns": 1,
     }
-    body = outcome.complete_body()
+    body = outcome.completion("l1", "w1").to_json()
     assert body["status"] == "success"
     assert "error_code" not in body
+    assert (body["lease_id"], body["worker_id"]) == ("l1", "w1")
 
 
 @pytest.mark.parametrize(
@@ -258,9 +260,8 @@ async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) 
         return httpx.Response(200, json={})
 
     settings = WorkerSettings(name="w1", data_dir=tmp_path)
-    grant = {"task": {"id": "t1", "context_id": "c"}, "lease": {"id": "l1"}}
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
-        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant)
+        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant())
         await run._report(Outcome(True, output="echo: hi", metrics={"duration_ms": 5}))
     assert len(seen) == 3
     assert all(body["lease_id"] == "l1" and body["worker_id"] == "w1" for body in seen)
@@ -279,9 +280,8 @@ async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:
         return httpx.Response(200, json={"task_id": "t1", "last_seq": 1, "accepted": 1})
 
     settings = WorkerSettings(name="w1", data_dir=tmp_path)
-    grant = {"task": {"id": "t1", "context_id": "c"}, "lease": {"id": "l1"}}
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
-        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant)
+        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant())
         await run._report(Outcome(True, output="x", metrics={"duration_ms": 5}))
     assert calls == 1
 

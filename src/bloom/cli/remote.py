@@ -10,7 +10,12 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 from rich.console import Console
 
-from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.clients.runtime import (
+    RuntimeApiError,
+    RuntimeClient,
+    RuntimeContractError,
+    RuntimeUnreachable,
+)
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:5000"
@@ -56,6 +61,8 @@ def call(url: str, action: Callable[[RuntimeClient], Awaitable[T]]) -> T:
 
 
 def api_error(exc: RuntimeApiError) -> str:
+    if isinstance(exc, RuntimeContractError):
+        return f"the runtime's answer does not fit this bloom (another version?): {exc.message}"
     if exc.status == 401:
         return "the runtime wants an API key (401): set BLOOM_API_KEY (or RUNTIME_API_KEY) to it"
     if exc.status == 404:

@@ -24,11 +24,14 @@ from bloom.cli.remote import (
     when,
 )
 from bloom.cli.watch import TaskView, answer, follow
-from bloom.clients.runtime import TERMINAL, RuntimeClient
+from bloom.clients.runtime import RuntimeClient
+from bloom.clients.wire import ArtifactInfo, TaskInfo
+from bloom.domain.models import DEFAULT_TIMEOUT_SEC
+from bloom.domain.states import TERMINAL, TaskStatus
 
 app = typer.Typer(help="Queue LLM tasks and follow them.", no_args_is_help=True)
 
-STATUSES = ("queued", "leased", "running", "completed", "failed", "dead", "cancelled")
+STATUSES = tuple(TaskStatus)
 INTERRUPTED = 130
 
 
@@ -96,7 +99,12 @@ def submit(
     agent: Annotated[str, typer.Option(help="Agent slug.")] = "default",
     fmt: Annotated[Format, typer.Option("--format", help="Answer format.")] = Format.text,
     timeout: Annotated[
-        int | None, typer.Option(min=1, max=3600, help="Seconds one attempt may run (120).")
+        int | None,
+        typer.Option(
+            min=1,
+            max=3600,
+            help=f"Seconds one attempt may run ({DEFAULT_TIMEOUT_SEC}).",
+        ),
     ] = None,
     budget: Annotated[
         float | None, typer.Option(min=0, help="Cost limit in USD, 0 for none (0).")
@@ -145,34 +153,34 @@ def submit(
     if not wait:
         task = call(url, lambda client: client.create_task(body))
         if json_output:
-            _json(task)
+            _json(task.raw)
         else:
-            typer.echo(task["id"])
+            typer.echo(task.id)
         return
-    created: dict[str, Any] = {}
+    created: list[TaskInfo] = []
 
-    async def submit_and_follow(client: RuntimeClient) -> tuple[dict[str, Any], str | None]:
+    async def submit_and_follow(client: RuntimeClient) -> tuple[TaskInfo, str | None]:
         task = await client.create_task(body)
-        created.update(task)
+        created.append(task)
         view = TaskView(err())
         view.console.print(
-            f"[dim]task {task['id']} · context {escape(task['context_id'])} · "
-            f"agent {escape(task['agent_slug'])}[/]"
+            f"[dim]task {task.id} · context {escape(task.context_id)} · "
+            f"agent {escape(task.agent_slug)}[/]"
         )
-        return await _follow_to_answer(client, task["id"], view)
+        return await _follow_to_answer(client, task.id, view)
 
     try:
         final, content = call(url, submit_and_follow)
     except KeyboardInterrupt:
-        _interrupted(created.get("id"))
+        _interrupted(created[0].id if created else None)
     _finish(final, content, json_output)
 
 
 async def _follow_to_answer(
     client: RuntimeClient, task_id: str, view: TaskView
-) -> tuple[dict[str, Any], str | None]:
+) -> tuple[TaskInfo, str | None]:
     final = await follow(client, task_id, view)
-    content = await answer(client, task_id) if final.get("status") == "completed" else None
+    content = await answer(client, task_id) if final.status == TaskStatus.COMPLETED else None
     return final, content
 
 
@@ -188,24 +196,23 @@ def _interrupted(task_id: str | None) -> None:
     raise typer.Exit(INTERRUPTED)
 
 
-def _finish(task: dict[str, Any], content: str | None, as_json: bool) -> None:
+def _finish(task: TaskInfo, content: str | None, as_json: bool) -> None:
     """Print the answer (stdout) or why there is none (stderr); exit 1 unless completed."""
-    status = task.get("status")
+    status = task.status
     if as_json:
-        _json(task | {"output": content})
+        _json({**task.raw, "output": content})
     elif content is not None:
         sys.stdout.write(content if content.endswith("\n") else content + "\n")
         sys.stdout.flush()
-    elif status == "completed":
+    elif status == TaskStatus.COMPLETED:
         err().print("[dim](the task completed without output)[/]")
-    if status == "completed":
+    if status == TaskStatus.COMPLETED:
         return
-    reason = task.get("last_error")
-    detail = f": {reason}" if reason else ""
-    if status == "cancelled":
-        typer.secho(f"bloom: task {task['id']} was cancelled{detail}", err=True, fg="yellow")
+    detail = f": {task.last_error}" if task.last_error else ""
+    if status == TaskStatus.CANCELLED:
+        typer.secho(f"bloom: task {task.id} was cancelled{detail}", err=True, fg="yellow")
     else:
-        typer.secho(f"bloom: task {task['id']} {status}{detail}", err=True, fg="red")
+        typer.secho(f"bloom: task {task.id} {status}{detail}", err=True, fg="red")
     raise typer.Exit(1)
 
 
@@ -224,7 +231,7 @@ def list_tasks(
         raise typer.BadParameter(f"one of {', '.join(STATUSES)}", param_hint="--status")
     tasks = call(url, lambda client: client.list_tasks(status=status, limit=limit))
     if json_output:
-        _json(tasks)
+        _json([task.raw for task in tasks])
         return
     if not tasks:
         err().print("no tasks" + (f" {status}" if status else ""))
@@ -240,15 +247,20 @@ def list_tasks(
     now = time.time_ns() // 1_000_000
     for task in tasks:
         table.add_row(
-            str(task["id"]),
-            styled_status(str(task["status"])),
-            escape(str(task["context_id"])),
-            escape(str(task.get("worker_id") or "-")),
-            f"{task.get('attempts', 0)}/{task.get('max_attempts', '?')}",
-            ago(task.get("created_at"), now),
-            escape(_preview(str(task.get("prompt", "")))),
+            task.id,
+            styled_status(task.status),
+            escape(task.context_id),
+            escape(task.worker_id or "-"),
+            f"{task.attempts}/{task.max_attempts}",
+            ago(task.created_at, now),
+            escape(_preview(task.prompt)),
         )
     out().print(table)
+
+
+def _amount(usd: float) -> str:
+    """`0`, `0.5`, `12`: dollars as people write them."""
+    return f"{usd:g}"
 
 
 def _preview(prompt: str, width: int = 50) -> str:
@@ -264,60 +276,57 @@ def show(
 ) -> None:
     """A task's fields, its last error, and its answer."""
 
-    async def fetch(client: RuntimeClient) -> tuple[dict[str, Any], list[Any], str | None]:
+    async def fetch(client: RuntimeClient) -> tuple[TaskInfo, list[ArtifactInfo], str | None]:
         task = await client.get_task(task_id)
         artifacts = await client.artifacts(task_id)
-        content = await client.artifact_content(str(artifacts[0]["id"])) if artifacts else None
+        content = await client.artifact_content(artifacts[0].id) if artifacts else None
         return task, artifacts, content
 
     task, artifacts, content = call(url, fetch)
     if json_output:
-        _json(task | {"artifacts": artifacts, "output": content})
+        raw_artifacts = [artifact.raw for artifact in artifacts]
+        _json({**task.raw, "artifacts": raw_artifacts, "output": content})
         return
     console = out()
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    policy = task.get("policy") or {}
+    policy = task.policy
+    cancelling = task.cancel_requested and task.status not in TERMINAL
     rows: list[tuple[str, str]] = [
-        ("id", str(task["id"])),
+        ("id", task.id),
         (
             "status",
-            styled_status(str(task["status"]))
-            + (
-                " [yellow](cancel requested)[/]"
-                if task.get("cancel_requested") and task["status"] not in TERMINAL
-                else ""
-            ),
+            styled_status(task.status) + (" [yellow](cancel requested)[/]" if cancelling else ""),
         ),
-        ("context", escape(str(task["context_id"]))),
-        ("agent", escape(str(task["agent_slug"]))),
-        ("format", str(task.get("desired_format"))),
-        ("priority", str(task.get("priority", 0))),
-        ("attempts", f"{task.get('attempts', 0)} of {task.get('max_attempts', '?')}"),
-        ("policy", f"timeout {policy.get('timeout_sec', '?')}s, budget ${policy.get('budget', 0)}"),
-        ("worker", escape(str(task.get("worker_id") or "-"))),
-        ("lease", str(task.get("lease_id") or "-")),
-        ("session", escape(str(task.get("session_id") or "-"))),
-        ("created", f"{when(task.get('created_at'))} ({ago(task.get('created_at'))})"),
-        ("updated", f"{when(task.get('updated_at'))} ({ago(task.get('updated_at'))})"),
+        ("context", escape(task.context_id)),
+        ("agent", escape(task.agent_slug)),
+        ("format", task.desired_format),
+        ("priority", str(task.priority)),
+        ("attempts", f"{task.attempts} of {task.max_attempts}"),
+        ("policy", f"timeout {policy.timeout_sec}s, budget ${_amount(policy.budget)}"),
+        ("worker", escape(task.worker_id or "-")),
+        ("lease", task.lease_id or "-"),
+        ("session", escape(task.session_id or "-")),
+        ("created", f"{when(task.created_at)} ({ago(task.created_at)})"),
+        ("updated", f"{when(task.updated_at)} ({ago(task.updated_at)})"),
     ]
-    if task.get("not_before"):
-        rows.append(("not before", when(task["not_before"])))
-    if task.get("context_hints"):
-        rows.append(("hints", escape(", ".join(task["context_hints"]))))
-    if task.get("idempotency_key"):
-        rows.append(("idempotency key", escape(str(task["idempotency_key"]))))
+    if task.not_before:
+        rows.append(("not before", when(task.not_before)))
+    if task.context_hints:
+        rows.append(("hints", escape(", ".join(task.context_hints))))
+    if task.idempotency_key:
+        rows.append(("idempotency key", escape(task.idempotency_key)))
     for name, value in rows:
         grid.add_row(name, value)
     console.print(grid)
     console.print("\n[bold]prompt[/]")
-    console.print(str(task.get("prompt", "")), markup=False)
-    if task.get("last_error"):
+    console.print(task.prompt, markup=False)
+    if task.last_error:
         console.print("\n[bold]last error[/]")
-        console.print(f"[red]{escape(str(task['last_error']))}[/]")
+        console.print(f"[red]{escape(task.last_error)}[/]")
     if content is not None:
-        console.print(f"\n[bold]answer[/] [dim](artifact {artifacts[0]['id']})[/]")
+        console.print(f"\n[bold]answer[/] [dim](artifact {artifacts[0].id})[/]")
         console.print(content, markup=False)
 
 
@@ -330,10 +339,9 @@ def watch(
     """Follow a task until it ends (progress and live output on stderr), then print its answer.
     Exit status 1 unless it completed."""
 
-    async def watch_it(client: RuntimeClient) -> tuple[dict[str, Any], str | None]:
+    async def watch_it(client: RuntimeClient) -> tuple[TaskInfo, str | None]:
         task = await client.get_task(task_id)
-        created = task.get("created_at")
-        view = TaskView(err(), clock=time.time, started=created / 1000 if created else None)
+        view = TaskView(err(), clock=time.time, started=task.created_at / 1000)
         return await _follow_to_answer(client, task_id, view)
 
     try:
@@ -350,11 +358,11 @@ def cancel(
 ) -> None:
     """Cancel a task: at once when queued; a running one stops at its worker's next heartbeat."""
     task = call(url, lambda client: client.cancel_task(task_id))
-    if task.get("status") == "cancelled":
+    if task.status == TaskStatus.CANCELLED:
         typer.echo(f"task {task_id} cancelled")
     else:
         typer.echo(
-            f"task {task_id}: cancel requested ({task.get('status')}); its worker stops it at "
+            f"task {task_id}: cancel requested ({task.status}); its worker stops it at "
             "its next heartbeat"
         )
 
@@ -366,4 +374,4 @@ def requeue(
 ) -> None:
     """Put a failed or dead task back in the queue, with a fresh attempt budget."""
     task = call(url, lambda client: client.requeue_task(task_id))
-    typer.echo(f"task {task_id} {task.get('status')} again")
+    typer.echo(f"task {task_id} {task.status} again")

@@ -14,13 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from bloom.clients.runtime import (
-    TERMINAL,
-    RuntimeApiError,
-    RuntimeClient,
-    RuntimeUnreachable,
-    TaskEvent,
-)
+from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
+from bloom.clients.wire import TaskInfo
+from bloom.domain.states import TERMINAL
 
 POLL_SEC = 1.0
 SETTLE_SEC = 3.0  # after the task ended, how long the events stream may take to deliver the rest
@@ -54,9 +50,9 @@ class TaskView:
         body = f"[{style}]{text}[/]" if style else text
         self.console.print(f"[dim]{self.elapsed()}[/] {body}")
 
-    def status(self, task: dict[str, Any]) -> None:
+    def status(self, task: TaskInfo) -> None:
         """Say so when the task's status (or its worker) changed since the last call."""
-        status, worker = str(task.get("status")), task.get("worker_id")
+        status, worker = str(task.status), task.worker_id
         key = (status, worker if status in ("leased", "running") else None)
         if key != self.last:
             previous, self.last = self.last, key
@@ -64,13 +60,12 @@ class TaskView:
         self.tick(task)
 
     @staticmethod
-    def describe(task: dict[str, Any], previous: tuple[str, str | None] | None) -> str:
-        status, worker = str(task.get("status")), escape(str(task.get("worker_id") or "?"))
+    def describe(task: TaskInfo, previous: tuple[str, str | None] | None) -> str:
+        status, worker = str(task.status), escape(task.worker_id or "?")
         if status == "queued":
             if previous is not None and previous[0] in ("leased", "running"):
-                error = task.get("last_error")
-                reason = f": {escape(str(error))}" if error else ""
-                attempt = int(task.get("attempts") or 0) + 1
+                reason = f": {escape(task.last_error)}" if task.last_error else ""
+                attempt = task.attempts + 1
                 return f"[yellow]queued again[/] for attempt {attempt}{reason}"
             return "[blue]queued[/]"
         if status == "leased":
@@ -80,7 +75,7 @@ class TaskView:
         style = "green" if status == "completed" else "yellow" if status == "cancelled" else "red"
         return f"[{style}]{escape(status)}[/]"
 
-    def tick(self, task: dict[str, Any] | None = None) -> None:
+    def tick(self, task: TaskInfo | None = None) -> None:
         """Refresh the spinner line (on a terminal only)."""
         if self.spinner is not None:
             status = self.last[0] if self.last else "waiting"
@@ -150,7 +145,7 @@ async def follow(
     *,
     poll_sec: float = POLL_SEC,
     settle_sec: float = SETTLE_SEC,
-) -> dict[str, Any]:
+) -> TaskInfo:
     """Show the task's progress and live output until it has ended; the ended task."""
     task = await client.get_task(task_id)
     view.status(task)
@@ -215,7 +210,7 @@ async def _poll(client: RuntimeClient, task_id: str, view: TaskView, every: floa
             continue
         failures = 0
         view.status(task)
-        if task.get("status") in TERMINAL:
+        if task.status in TERMINAL:
             return
 
 
@@ -224,4 +219,4 @@ async def answer(client: RuntimeClient, task_id: str) -> str | None:
     artifacts = await client.artifacts(task_id)
     if not artifacts:
         return None
-    return await client.artifact_content(str(artifacts[0]["id"]))
+    return await client.artifact_content(artifacts[0].id)

@@ -107,37 +107,30 @@ def list_workers(
     """The runtime's workers: status, load, labels, when last heard of."""
     workers = call(url, lambda client: client.list_workers())
     if json_output:
-        typer.echo(_dumps(workers))
+        typer.echo(_dumps([worker.raw for worker in workers]))
         return
     if not workers:
         err().print("no workers")
         return
     now = time.time_ns() // 1_000_000
-    paused = any(_paused_until(worker) for worker in workers)
+    paused = any(worker.paused_until for worker in workers)
     table = Table(box=None, header_style="bold", pad_edge=False)
     columns = ["id", "status", "active/max", "labels", "last heartbeat"]
     for column in [*columns, *(["paused until"] if paused else [])]:
         table.add_column(column, no_wrap=True)
     for worker in workers:
-        capabilities = worker.get("capabilities") or {}
-        labels = worker.get("labels") or capabilities.get("labels") or []
         row = [
-            escape(str(worker["id"])),
-            styled_status(str(worker.get("status"))),
-            f"{worker.get('active_leases', 0)}/{capabilities.get('max_concurrency', 1)}",
-            escape(", ".join(str(label) for label in labels) or "-"),
-            ago(worker.get("last_heartbeat"), now),
+            escape(worker.id),
+            styled_status(worker.status),
+            f"{worker.active_leases}/{worker.capabilities.get('max_concurrency', 1)}",
+            escape(", ".join(worker.labels) or "-"),
+            ago(worker.last_heartbeat, now),
         ]
         if paused:
-            until = _paused_until(worker)
+            until = worker.paused_until
             row.append(ago(until, now) if until and until > now else "-")
         table.add_row(*row)
     out().print(table)
-
-
-def _paused_until(worker: dict[str, Any]) -> int | None:
-    value = worker.get("paused_until") or (worker.get("capabilities") or {}).get("paused_until")
-    return int(value) if isinstance(value, int | float) else None
 
 
 def _dumps(value: Any) -> str:

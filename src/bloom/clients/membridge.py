@@ -7,25 +7,71 @@ jitter. A reply below 500 ends the call as a success (4xx is not retried); a 5xx
 the last one returned, leaving the connection state alone; a network error or timeout counts a
 failure per attempt, and after the last attempt raises `MembridgeUnavailable`. The admin key goes
 in the `X-MEMBRIDGE-ADMIN` header and nowhere else: not in errors, not in logs.
+
+The calls the worker makes are typed: `register_agent` and `node_heartbeat` parse Membridge's
+answer (`MembridgeContractError` when it has another shape), and give None when Membridge refused
+the call (the reference control plane refuses an agent without a url).
 """
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import httpx
 
+from bloom.clients.fields import Fields, Parser, WireError, parse_body
 from bloom.domain.clock import Clock
 
 ADMIN_HEADER = "X-MEMBRIDGE-ADMIN"
 Credentials = Callable[[], Awaitable[tuple[str, str]]]
 """Returns (base URL, admin key), read fresh for each call: the operator may change them."""
+T = TypeVar("T")
 
 
 class MembridgeUnavailable(Exception):
     """Membridge could not be reached (after the retries)."""
+
+
+class MembridgeContractError(MembridgeUnavailable):
+    """Membridge answered, but not in the shape this client reads; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """An agent as Membridge keeps it (its times in float seconds)."""
+
+    name: str
+    url: str
+    status: str
+    capabilities: Mapping[str, Any]
+    last_seen: float | None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "") -> Self:
+        fields = Fields(data, where)
+        last_seen = fields.number("last_seen", 0.0)
+        return cls(
+            name=fields.text("name"),
+            url=fields.text("url"),
+            status=fields.text("status"),
+            capabilities=fields.mapping("capabilities"),
+            last_seen=last_seen or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRole:
+    """A node heartbeat's answer: the node's role for the project now."""
+
+    role: str
+    canonical_id: str
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str = "") -> Self:
+        fields = Fields(data, where)
+        return cls(role=fields.text("role"), canonical_id=fields.text("canonical_id"))
 
 
 @dataclass(slots=True)
@@ -124,6 +170,29 @@ class MembridgeClient:
             self.state.lastError = None
             return response
         raise MembridgeUnavailable(self.state.lastError or "Membridge unreachable")
+
+    async def register_agent(
+        self, registration: Mapping[str, Any], *, timeout_sec: float | None = None
+    ) -> AgentInfo | None:
+        """Register (or update) an agent; None when Membridge refused it."""
+        return await self._parsed(
+            AgentInfo.from_json, "/agents", registration, timeout_sec=timeout_sec
+        )
+
+    async def node_heartbeat(self, beat: Mapping[str, Any]) -> NodeRole | None:
+        """Report a node's project; its role now, or None when Membridge refused the beat."""
+        return await self._parsed(NodeRole.from_json, "/agent/heartbeat", beat)
+
+    async def _parsed(
+        self, parse: Parser[T], path: str, body: Mapping[str, Any], **kwargs: Any
+    ) -> T | None:
+        response = await self.request("POST", path, json=body, **kwargs)
+        if not response.is_success:
+            return None
+        try:
+            return parse_body(response.content, parse)
+        except WireError as exc:
+            raise MembridgeContractError(f"unexpected reply to POST {path}: {exc}") from None
 
     def _failed(self, error: str) -> None:
         self.state.consecutiveFailures += 1

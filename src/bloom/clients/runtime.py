@@ -1,9 +1,10 @@
 """A typed client for the runtime's HTTP API, shared by the worker and the `bloom` CLI.
 
-A 429 is waited out (as long as its `Retry-After` says) and retried a few times. Calls raise
-`RuntimeApiError` for an error reply (with the runtime's message, never a stack trace) and
-`RuntimeUnreachable` when the runtime cannot be reached. The API key travels in the
-`X-Runtime-API-Key` header and nowhere else.
+A 429 is waited out (as long as its `Retry-After` says) and retried a few times. Replies are
+parsed into the frozen values of `bloom.clients.wire`. Calls raise `RuntimeApiError` for an error
+reply (with the runtime's message, never a stack trace), `RuntimeContractError` for a reply
+without the shape the client reads, and `RuntimeUnreachable` when the runtime cannot be reached.
+The API key travels in the `X-Runtime-API-Key` header and nowhere else.
 """
 
 import asyncio
@@ -11,15 +12,29 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from bloom.clients.fields import Parser, WireError, parse_body, parse_list
+from bloom.clients.wire import (
+    ArtifactInfo,
+    CompleteReply,
+    CompleteRequest,
+    EventsAccepted,
+    Grant,
+    Health,
+    HeartbeatReply,
+    HeartbeatRequest,
+    TaskInfo,
+    WorkerInfo,
+)
+
 API_KEY_HEADER = "X-Runtime-API-Key"
-TERMINAL = frozenset({"completed", "failed", "dead", "cancelled"})
 RATE_LIMIT_RETRIES = 3
 """A 429 is waited out (as its Retry-After says) this many times before it is an error."""
 MAX_RETRY_AFTER_SEC = 30.0
+T = TypeVar("T")
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -41,6 +56,11 @@ class RuntimeApiError(Exception):
         super().__init__(f"{status}: {message}")
         self.status = status
         self.message = message
+
+
+class RuntimeContractError(RuntimeApiError):
+    """The runtime answered, but not in the shape this client reads (a field renamed, missing or
+    of another type: a runtime of another version)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,39 +144,35 @@ class RuntimeClient:
             raise RuntimeApiError(response.status_code, _message(response))
         return response
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        return (await self._call(method, path, **kwargs)).json()
+    async def _parsed(self, parse: Parser[T], method: str, path: str, **kwargs: Any) -> T:
+        response = await self._call(method, path, **kwargs)
+        return _parse(response, parse, f"{method} {path}")
 
     # reading and steering, for people
 
-    async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("GET", "/health")
-        return result
+    async def health(self) -> Health:
+        return await self._parsed(Health.from_json, "GET", "/health")
 
-    async def create_task(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("POST", "/llm-tasks", body=body)
-        return result
+    async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
+        return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 
-    async def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[Any]:
+    async def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskInfo]:
         params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
-        result: list[Any] = await self._json("GET", "/llm-tasks", params=params)
-        return result
+        tasks = _list_of(TaskInfo.from_json)
+        return await self._parsed(tasks, "GET", "/llm-tasks", params=params)
 
-    async def get_task(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("GET", f"/llm-tasks/{task_id}")
-        return result
+    async def get_task(self, task_id: str) -> TaskInfo:
+        return await self._parsed(TaskInfo.from_json, "GET", f"/llm-tasks/{task_id}")
 
-    async def cancel_task(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/cancel")
-        return result
+    async def cancel_task(self, task_id: str) -> TaskInfo:
+        return await self._parsed(TaskInfo.from_json, "POST", f"/llm-tasks/{task_id}/cancel")
 
-    async def requeue_task(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/requeue")
-        return result
+    async def requeue_task(self, task_id: str) -> TaskInfo:
+        return await self._parsed(TaskInfo.from_json, "POST", f"/llm-tasks/{task_id}/requeue")
 
-    async def artifacts(self, task_id: str) -> list[Any]:
-        result: list[Any] = await self._json("GET", "/artifacts", params={"task_id": task_id})
-        return result
+    async def artifacts(self, task_id: str) -> list[ArtifactInfo]:
+        artifacts = _list_of(ArtifactInfo.from_json)
+        return await self._parsed(artifacts, "GET", "/artifacts", params={"task_id": task_id})
 
     async def artifact_content(self, artifact_id: str) -> str:
         return (await self._call("GET", f"/artifacts/{artifact_id}/content")).text
@@ -176,9 +192,8 @@ class RuntimeClient:
         except httpx.HTTPError as exc:
             raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
 
-    async def list_workers(self) -> list[Any]:
-        result: list[Any] = await self._json("GET", "/workers")
-        return result
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self._parsed(_list_of(WorkerInfo.from_json), "GET", "/workers")
 
     async def events(
         self, task_id: str, *, after: int = 0, follow: bool = True
@@ -205,44 +220,51 @@ class RuntimeClient:
 
     # the worker's protocol
 
-    async def register_worker(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("POST", "/workers", body=body)
-        return result
+    async def register_worker(self, body: Mapping[str, Any]) -> WorkerInfo:
+        return await self._parsed(WorkerInfo.from_json, "POST", "/workers", body=body)
 
     async def claim(
         self, worker_id: str, *, wait_sec: float, ttl_sec: int | None = None
-    ) -> dict[str, Any] | None:
-        """A `{lease, task}` grant, or None when no work came within `wait_sec`."""
+    ) -> Grant | None:
+        """A grant (lease and task), or None when no work came within `wait_sec`."""
         body: dict[str, Any] = {"wait_seconds": wait_sec}
         if ttl_sec is not None:
             body["ttl_seconds"] = ttl_sec
-        response = await self._call(
-            "POST", f"/workers/{worker_id}/claim", body=body, timeout_sec=wait_sec + 30
-        )
+        path = f"/workers/{worker_id}/claim"
+        response = await self._call("POST", path, body=body, timeout_sec=wait_sec + 30)
         if response.status_code == 204:
             return None
-        result: dict[str, Any] = response.json()
-        return result
+        return _parse(response, Grant.from_json, f"POST {path}")
 
-    async def heartbeat(self, task_id: str, lease_id: str, worker_id: str) -> dict[str, Any]:
-        body = {"lease_id": lease_id, "worker_id": worker_id}
-        result: dict[str, Any] = await self._json(
-            "POST", f"/llm-tasks/{task_id}/heartbeat", body=body
-        )
-        return result
+    async def heartbeat(self, task_id: str, request: HeartbeatRequest) -> HeartbeatReply:
+        path = f"/llm-tasks/{task_id}/heartbeat"
+        return await self._parsed(HeartbeatReply.from_json, "POST", path, body=request.to_json())
 
     async def send_events(
         self, task_id: str, lease_id: str, worker_id: str, events: list[dict[str, Any]]
-    ) -> dict[str, Any]:
+    ) -> EventsAccepted:
         body = {"lease_id": lease_id, "worker_id": worker_id, "events": events}
-        result: dict[str, Any] = await self._json("POST", f"/llm-tasks/{task_id}/events", body=body)
-        return result
+        path = f"/llm-tasks/{task_id}/events"
+        return await self._parsed(EventsAccepted.from_json, "POST", path, body=body)
 
-    async def complete(self, task_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json(
-            "POST", f"/llm-tasks/{task_id}/complete", body=body
-        )
-        return result
+    async def complete(self, task_id: str, request: CompleteRequest) -> CompleteReply:
+        path = f"/llm-tasks/{task_id}/complete"
+        return await self._parsed(CompleteReply.from_json, "POST", path, body=request.to_json())
+
+
+def _list_of(parse: Parser[T]) -> Parser[list[T]]:
+    return lambda data, where: parse_list(data, parse, where)
+
+
+def _parse(response: httpx.Response, parse: Parser[T], call: str) -> T:
+    """The reply's JSON body read by `parse`; RuntimeContractError, naming the field, if it
+    cannot be."""
+    try:
+        return parse_body(response.content, parse)
+    except WireError as exc:
+        raise RuntimeContractError(
+            response.status_code, f"unexpected reply to {call}: {exc}"
+        ) from None
 
 
 async def _parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[TaskEvent]:

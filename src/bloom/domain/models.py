@@ -7,7 +7,9 @@ services pass them around, the API serialises them as they are.
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": 120, "budget": 0}
+DEFAULT_TIMEOUT_SEC = 120
+"""How long one attempt may run when the task's policy does not say (the seed's default)."""
+DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": DEFAULT_TIMEOUT_SEC, "budget": 0}
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 
 

@@ -15,6 +15,7 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
 from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
@@ -120,7 +121,7 @@ class Worker:
         project = self.settings.project_dir.resolve().name if self.settings.project_dir else None
         while True:
             try:
-                await self.membridge.request("POST", "/agents", json=self.registration())
+                await self.membridge.register_agent(self.registration())
                 if project:
                     beat = {
                         "node_id": self.settings.name,
@@ -128,7 +129,7 @@ class Worker:
                         "project_id": project,
                         "agent_version": __version__,
                     }
-                    await self.membridge.request("POST", "/agent/heartbeat", json=beat)
+                    await self.membridge.node_heartbeat(beat)
             except MembridgeUnavailable as exc:
                 log.warning("membridge_unreachable", error=str(exc))
             await asyncio.sleep(self.settings.membridge_heartbeat_sec)
@@ -141,9 +142,7 @@ class Worker:
         if self.membridge is None:
             return
         with contextlib.suppress(MembridgeUnavailable):
-            await self.membridge.request(
-                "POST", "/agents", json=self.registration("offline"), timeout_sec=3
-            )
+            await self.membridge.register_agent(self.registration("offline"), timeout_sec=3)
         await self.membridge.close()
 
     async def _slot(self) -> None:
@@ -181,7 +180,7 @@ class Worker:
             if grant is not None:
                 await self._run(grant)
 
-    async def _run(self, grant: Mapping[str, Any]) -> None:
+    async def _run(self, grant: Grant) -> None:
         """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
         run = TaskRun(self.settings, self.client, self.sessions, self.pause, grant, self.environ)
         task = asyncio.create_task(run.run())

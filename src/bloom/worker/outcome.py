@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from bloom.clients.wire import CompleteRequest
 from bloom.domain.retry import ErrorCode
+from bloom.domain.states import ResultStatus
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
 RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
@@ -45,20 +47,19 @@ class Outcome:
     session_id: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
 
-    def complete_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "status": "success" if self.success else "error",
-            "output": self.output,
-            "error_message": self.error_message,
-            "metrics": self.metrics,
-        }
-        if self.error_code is not None:
-            body["error_code"] = str(self.error_code)
-        if self.retry_at is not None:
-            body["retry_at"] = self.retry_at
-        if self.session_id:
-            body["session_id"] = self.session_id
-        return body
+    def completion(self, lease_id: str, worker_id: str) -> CompleteRequest:
+        """The complete call for this outcome, fenced by the attempt's lease."""
+        return CompleteRequest(
+            lease_id=lease_id,
+            worker_id=worker_id,
+            status=ResultStatus.SUCCESS if self.success else ResultStatus.ERROR,
+            metrics=self.metrics,
+            output=self.output,
+            error_message=self.error_message,
+            error_code=self.error_code,
+            retry_at=self.retry_at,
+            session_id=self.session_id,
+        )
 
 
 def metrics_of(report: RunReport) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
+from bloom.clients.wire import Grant, HeartbeatReply, HeartbeatRequest
 from bloom.domain.retry import ErrorCode
 from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
 from bloom.worker.outcome import Outcome, RunReport, decide
@@ -110,27 +111,27 @@ class TaskRun:
         client: RuntimeClient,
         sessions: SessionBook,
         pause: Pause,
-        grant: Mapping[str, Any],
+        grant: Grant,
         environ: Mapping[str, str] = os.environ,
     ):
         self.settings = settings
         self.client = client
         self.sessions = sessions
         self.pause = pause
-        self.task: Mapping[str, Any] = grant["task"]
-        self.lease: Mapping[str, Any] = grant["lease"]
+        self.task = grant.task
+        self.lease = grant.lease
         self.environ = environ
-        self.outbox = EventOutbox(client, self.task["id"], self.lease["id"], settings.name)
-        self.log = log.bind(task_id=self.task["id"], lease_id=self.lease["id"])
+        self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
+        self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)
 
     async def run(self) -> None:
-        task_id, context = self.task["id"], self.task["context_id"]
+        task_id, context = self.task.id, self.task.context_id
         try:
             beat = await self._heartbeat()
         except LeaseLost as exc:
             self.log.warning("lease_lost_before_start", reason=str(exc))
             return
-        if beat.get("cancel_requested"):
+        if beat is not None and beat.cancel_requested:
             await self._report(
                 Outcome(
                     False,
@@ -157,11 +158,10 @@ class TaskRun:
             )
             await asyncio.shield(self._report(outcome, deadline_sec=5))
             raise
-        policy = self.task.get("policy") or {}
         outcome = decide(
             report,
-            desired_format=self.task.get("desired_format", "text"),
-            budget_usd=float(policy.get("budget") or 0),
+            desired_format=self.task.desired_format,
+            budget_usd=self.task.policy.budget,
         )
         if outcome.session_id and not report.timed_out:
             self.sessions.set(context, outcome.session_id)
@@ -180,33 +180,32 @@ class TaskRun:
 
     async def _execute(self) -> RunReport:
         """Run the CLI (resuming the context's session) while the lease is kept alive."""
-        resume = self.sessions.get(self.task["context_id"])
+        resume = self.sessions.get(self.task.context_id)
         report = await self._run_cli(resume)
         failed_resume = report.result is None or report.result.get("is_error")
         if resume and failed_resume and NO_SESSION in (report.stderr_tail + str(report.result)):
-            self.sessions.forget(self.task["context_id"])  # its transcript is gone: start anew
+            self.sessions.forget(self.task.context_id)  # its transcript is gone: start anew
             report = await self._run_cli(None)
         return report
 
     def _invocation(self, resume: str | None) -> Invocation:
         settings, task = self.settings, self.task
-        policy = task.get("policy") or {}
-        context = resolve_hints(list(task.get("context_hints") or []), settings.project_dir)
-        workdir = settings.resolved_work_dir / "tasks" / task["id"]
+        context = resolve_hints(list(task.context_hints), settings.project_dir)
+        workdir = settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
-        slug = str(task.get("agent_slug") or "default")
+        slug = task.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents"]
         if settings.project_dir:
             agent_dirs.append(settings.project_dir / ".claude" / "agents")
         return Invocation(
             binary=settings.claude_bin,
-            prompt=build_prompt(task["prompt"], context),
+            prompt=build_prompt(task.prompt, context),
             cwd=workdir,
             env=child_environment(self.environ, slug),
-            timeout_sec=int(policy.get("timeout_sec") or 120),
+            timeout_sec=task.policy.timeout_sec,
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
-            budget_usd=float(policy.get("budget") or 0),
+            budget_usd=task.policy.budget,
             extra_args=list(settings.claude_args),
         )
 
@@ -216,8 +215,8 @@ class TaskRun:
             "started",
             {
                 "worker_id": self.settings.name,
-                "lease_id": self.lease["id"],
-                "attempt": self.task.get("attempts"),
+                "lease_id": self.lease.id,
+                "attempt": self.task.attempts,
                 "resumed_session": resume,
             },
         )
@@ -244,23 +243,23 @@ class TaskRun:
             if time.monotonic() - last_beat >= self.settings.heartbeat_sec:
                 last_beat = time.monotonic()
                 beat = await self._heartbeat()
-                if beat.get("cancel_requested"):
+                if beat is not None and beat.cancel_requested:
                     await process.cancel()
 
-    async def _heartbeat(self) -> dict[str, Any]:
-        """Renew the lease; a runtime that cannot be reached is tried again at the next beat."""
+    async def _heartbeat(self) -> HeartbeatReply | None:
+        """Renew the lease; None when the runtime could not be reached or refused the beat
+        without fencing it (tried again at the next beat)."""
+        request = HeartbeatRequest(lease_id=self.lease.id, worker_id=self.settings.name)
         try:
-            return await self.client.heartbeat(
-                self.task["id"], self.lease["id"], self.settings.name
-            )
+            return await self.client.heartbeat(self.task.id, request)
         except RuntimeUnreachable as exc:
             self.log.warning("heartbeat_unreachable", error=str(exc))
-            return {}
+            return None
         except RuntimeApiError as exc:
             if exc.status in FENCED:
                 raise LeaseLost(exc.message) from None
             self.log.warning("heartbeat_rejected", error=exc.message)
-            return {}
+            return None
 
     async def _report(self, outcome: Outcome, deadline_sec: float | None = None) -> None:
         """Complete the attempt, retrying with backoff until the runtime answers or the deadline."""
@@ -278,15 +277,12 @@ class TaskRun:
         except LeaseLost as exc:
             self.log.warning("lease_lost_before_complete", reason=str(exc))
             return
-        body = outcome.complete_body() | {
-            "lease_id": self.lease["id"],
-            "worker_id": self.settings.name,
-        }
+        request = outcome.completion(self.lease.id, self.settings.name)
         deadline = time.monotonic() + (deadline_sec or self.settings.complete_deadline_sec)
         attempt = 0
         while True:
             try:
-                await self.client.complete(self.task["id"], body)
+                await self.client.complete(self.task.id, request)
                 return
             except RuntimeApiError as exc:
                 if exc.status < 500 and exc.status != 429:

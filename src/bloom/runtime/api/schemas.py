@@ -23,7 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from bloom.domain.fleet import WORKER_NAME
-from bloom.domain.models import Artifact, Lease, Result, Task, Worker
+from bloom.domain.models import DEFAULT_TIMEOUT_SEC, Artifact, Lease, Result, Task, Worker
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
 from bloom.runtime.services.events import (
@@ -58,7 +58,7 @@ class Body(BaseModel):
 
 
 class PolicyBody(Body):
-    timeout_sec: StrictInt = Field(120, ge=1, le=3600)
+    timeout_sec: StrictInt = Field(DEFAULT_TIMEOUT_SEC, ge=1, le=3600)
     budget: Amount = Field(0, description="USD; 0 means no budget.")
 
 

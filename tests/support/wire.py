@@ -1,0 +1,46 @@
+"""The runtime's replies as the clients read them, for tests without a server: whole tasks and
+grants (the parsers want every field the seed's runtime sends)."""
+
+from typing import Any
+
+from bloom.clients.wire import Grant, TaskInfo
+
+
+def task_json(status: str = "queued", **fields: Any) -> dict[str, Any]:
+    """A task's JSON as the runtime sends it; `fields` override."""
+    return {
+        "id": "t1",
+        "context_id": "c",
+        "agent_slug": "default",
+        "prompt": "hi",
+        "context_hints": [],
+        "policy": {"timeout_sec": 120, "budget": 0},
+        "desired_format": "text",
+        "status": status,
+        "created_at": 1_000,
+        "updated_at": 1_000,
+        "lease_id": None,
+        "worker_id": None,
+        "attempts": 0,
+        "max_attempts": 3,
+    } | fields
+
+
+def task(status: str = "queued", **fields: Any) -> TaskInfo:
+    return TaskInfo.from_json(task_json(status, **fields))
+
+
+def grant(task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1") -> Grant:
+    lease = {
+        "id": lease_id,
+        "task_id": task_id,
+        "worker_id": worker_id,
+        "status": "active",
+        "started_at": 1_000,
+        "expires_at": 301_000,
+        "ttl_seconds": 300,
+        "last_heartbeat": 1_000,
+        "context_id": "c",
+    }
+    fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1}
+    return Grant.from_json({"lease": lease, "task": task_json("leased", id=task_id, **fields)})
