@@ -9,11 +9,12 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
 from bloom.cli.common import runtime_settings
+from bloom.cli.output import fail
 from bloom.domain.errors import ServiceError
 from bloom.domain.identity import Role
 from bloom.runtime.container import build_container
@@ -23,11 +24,6 @@ from bloom.runtime.storage.schema import SCHEMA
 keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
 users = typer.Typer(help="People who log in to the dashboard.", no_args_is_help=True)
 T = TypeVar("T")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(1)
 
 
 def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
@@ -46,7 +42,7 @@ def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
     try:
         return asyncio.run(go())
     except ServiceError as exc:
-        _fail(exc.message)
+        fail(exc.message)
 
 
 def _when(ms: int | None) -> str:
@@ -96,7 +92,7 @@ def revoke_key(
 def _password(role: Role, from_stdin: bool) -> str:
     """A person's new password (people are admins or viewers), from stdin or asked twice."""
     if role is Role.WORKER:
-        _fail("a person is an admin or a viewer; workers use keys")
+        fail("a person is an admin or a viewer; workers use keys")
     if from_stdin:
         return sys.stdin.readline().rstrip("\n")
     entered: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)

@@ -7,8 +7,9 @@ import structlog
 import typer
 import uvicorn
 
-from bloom.cli.common import _fail, runtime_settings, uvicorn_options
+from bloom.cli.common import runtime_settings, uvicorn_options
 from bloom.cli.logs import configure_logging
+from bloom.cli.output import fail
 from bloom.db.database import StorageKind
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
@@ -42,7 +43,7 @@ def serve(
     try:
         settings.check_exposure()
     except SettingsError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     configure_logging(settings.log_level, settings.log_format)
     if settings.serving_insecure:
         log.warning("runtime_insecure", message=INSECURE_WARNING, host=settings.host)
