@@ -31,6 +31,7 @@ from sqlalchemy import func, select
 
 from bloom.domain.errors import Conflict, ServiceError, Unavailable
 from bloom.domain.models import Completion
+from bloom.domain.states import ResultStatus
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.tasks import NewTask
 from bloom.runtime.services.workers import Registration
@@ -279,7 +280,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not self.leases:
             return
         lease = self.leases[data.draw(st.sampled_from(sorted(self.leases)))]
-        status = "success" if outcome == "success" else "error"
+        status = ResultStatus.SUCCESS if outcome == "success" else ResultStatus.ERROR
         completion = Completion(
             status=status,
             output="out" if status == "success" else None,

@@ -1,11 +1,14 @@
 """The runtime's entities, with the seed's field names (they are the HTTP contract's names too).
 
-Timestamps are Unix epoch milliseconds. These are plain values: storage builds them from rows,
-services pass them around, the API serialises them as they are.
+Timestamps are Unix epoch milliseconds; states are the enums of `states.py` (stored and sent as
+their text). These are plain values: storage builds them from rows, services pass them around,
+the API serialises them as they are.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
 
 DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": 120, "budget": 0}
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
@@ -20,7 +23,7 @@ class Task:
     context_hints: list[str]
     policy: dict[str, Any]
     desired_format: str
-    status: str
+    status: TaskStatus
     created_at: int
     updated_at: int
     lease_id: str | None
@@ -44,7 +47,7 @@ class Lease:
     started_at: int
     expires_at: int
     ttl_seconds: int
-    status: str
+    status: LeaseStatus
     last_heartbeat: int
     context_id: str | None
     claimed_at: int | None = None
@@ -56,7 +59,7 @@ class Worker:
     id: str
     node_id: str
     url: str
-    status: str
+    status: WorkerStatus
     capabilities: dict[str, Any]
     last_heartbeat: int | None
     ip_addrs: list[str]
@@ -104,7 +107,7 @@ class Result:
     task_id: str
     worker_id: str
     artifact_id: str | None
-    status: str
+    status: ResultStatus
     output: str | None
     error_message: str | None
     metrics: dict[str, Any]
@@ -142,7 +145,7 @@ class TaskEvent:
 class Completion:
     """What a worker reports when an attempt ends (the seed's result envelope, plus error codes)."""
 
-    status: str
+    status: ResultStatus
     output: str | None
     error_message: str | None
     metrics: dict[str, Any]

@@ -29,7 +29,7 @@ FAILURE_ACTIONS = {
 @dataclass(frozen=True, slots=True)
 class Beat:
     lease: Lease
-    task_status: str
+    task_status: TaskStatus
     cancel_requested: bool
 
 
@@ -255,7 +255,7 @@ class AttemptService:
                 next_detail += f"; retry not before {task.not_before}"
             await tx.audit.add(
                 now,
-                FAILURE_ACTIONS[TaskStatus(task.status)],
+                FAILURE_ACTIONS[task.status],
                 "llm_task",
                 task.id,
                 actor,

@@ -18,7 +18,7 @@ class Registration:
 
     name: str
     url: str | None = None
-    status: str = WorkerStatus.ONLINE
+    status: WorkerStatus = WorkerStatus.ONLINE
     capabilities: dict[str, Any] | None = None
     ip_addrs: list[str] | None = None
     agent_version: str | None = None
