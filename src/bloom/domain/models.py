@@ -14,7 +14,7 @@ DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": 120, "budget": 0}
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     id: str
     context_id: str
@@ -39,7 +39,7 @@ class Task:
     session_id: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Lease:
     id: str
     task_id: str
@@ -54,7 +54,7 @@ class Lease:
     ended_at: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Worker:
     id: str
     node_id: str
@@ -84,7 +84,7 @@ class Worker:
         return bool(self.capabilities.get("claude_cli", True))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Artifact:
     id: str
     task_id: str
@@ -101,7 +101,7 @@ class Artifact:
     storage: str = "db"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Result:
     id: str
     task_id: str
@@ -116,7 +116,7 @@ class Result:
     error_code: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     id: str
     timestamp: int
@@ -128,7 +128,7 @@ class AuditEntry:
     task_id: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TaskEvent:
     """One entry of a task's live output: `seq` counts 1, 2, 3… per task, without gaps."""
 
@@ -141,7 +141,7 @@ class TaskEvent:
     created_at: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Completion:
     """What a worker reports when an attempt ends (the seed's result envelope, plus error codes)."""
 
