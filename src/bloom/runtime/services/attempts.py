@@ -8,6 +8,7 @@ conflict and changes nothing.
 from dataclasses import dataclass
 
 from bloom.artifacts import ArtifactStore, StoredContent
+from bloom.domain.audit import AuditAction, task_audit, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
@@ -19,10 +20,10 @@ from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 FAILURE_ACTIONS = {
-    TaskStatus.QUEUED: "task_retry_scheduled",
-    TaskStatus.FAILED: "task_failed",
-    TaskStatus.DEAD: "task_dead",
-    TaskStatus.CANCELLED: "task_cancelled",
+    TaskStatus.QUEUED: AuditAction.TASK_RETRY_SCHEDULED,
+    TaskStatus.FAILED: AuditAction.TASK_FAILED,
+    TaskStatus.DEAD: AuditAction.TASK_DEAD,
+    TaskStatus.CANCELLED: AuditAction.TASK_CANCELLED,
 }
 
 
@@ -94,13 +95,13 @@ class AttemptService:
                 if running is not None:
                     status = running.status
                     await tx.audit.add(
-                        now,
-                        "task_running",
-                        "llm_task",
-                        task_id,
-                        lease.worker_id,
-                        f"Worker {lease.worker_id} started lease {lease.id}",
-                        task_id=task_id,
+                        task_audit(
+                            AuditAction.TASK_RUNNING,
+                            task_id,
+                            now=now,
+                            actor=lease.worker_id,
+                            detail=f"Worker {lease.worker_id} started lease {lease.id}",
+                        )
                     )
         return Beat(lease, status, renewal.cancel_requested)
 
@@ -158,13 +159,15 @@ class AttemptService:
             if pause_until is not None:
                 await tx.workers.pause(lease.worker_id, pause_until)
                 await tx.audit.add(
-                    now,
-                    "worker_paused",
-                    "worker",
-                    lease.worker_id,
-                    lease.worker_id,
-                    f"Usage limit: worker {lease.worker_id} takes no work until {pause_until}",
-                    task_id=task.id,
+                    worker_audit(
+                        AuditAction.WORKER_PAUSED,
+                        lease.worker_id,
+                        now=now,
+                        actor=lease.worker_id,
+                        detail=f"Usage limit: worker {lease.worker_id} takes no work until "
+                        f"{pause_until}",
+                        task_id=task.id,
+                    )
                 )
         self.signal.changed()
         return Completed(finished, artifact, result, replayed=False)
@@ -246,7 +249,7 @@ class AttemptService:
         )
         actor = lease.worker_id
         await tx.audit.add(
-            now, "task_completed", "llm_task", task.id, actor, detail, task_id=task.id
+            task_audit(AuditAction.TASK_COMPLETED, task.id, now=now, actor=actor, detail=detail)
         )
         if task.status in FAILURE_ACTIONS:
             code = completion.error_code or ErrorCode.ERROR
@@ -254,11 +257,7 @@ class AttemptService:
             if task.not_before:
                 next_detail += f"; retry not before {task.not_before}"
             await tx.audit.add(
-                now,
-                FAILURE_ACTIONS[task.status],
-                "llm_task",
-                task.id,
-                actor,
-                next_detail,
-                task_id=task.id,
+                task_audit(
+                    FAILURE_ACTIONS[task.status], task.id, now=now, actor=actor, detail=next_detail
+                )
             )

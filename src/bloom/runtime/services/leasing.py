@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound, Unavailable
 from bloom.domain.ids import new_id
@@ -128,13 +129,14 @@ class LeaseService:
     async def _record_grant(tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
         await tx.leases.insert(lease)
         await tx.audit.add(
-            now,
-            "task_leased",
-            "lease",
-            lease.id,
-            actor,
-            f"Task {lease.task_id} leased to worker {lease.worker_id}, TTL {lease.ttl_seconds}s",
-            task_id=lease.task_id,
+            lease_audit(
+                AuditAction.TASK_LEASED,
+                lease,
+                now=now,
+                actor=actor,
+                detail=f"Task {lease.task_id} leased to worker {lease.worker_id}, "
+                f"TTL {lease.ttl_seconds}s",
+            )
         )
 
     async def claim(

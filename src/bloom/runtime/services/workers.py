@@ -3,6 +3,7 @@
 from dataclasses import dataclass, replace
 from typing import Any
 
+from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound
 from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
@@ -81,13 +82,14 @@ class WorkerService:
                 worker, active_leases=await tx.leases.count_active_for_worker(worker.id)
             )
             await tx.audit.add(
-                now,
-                "worker_registered" if created else "worker_updated",
-                "worker",
-                worker.id,
-                actor,
-                f"Worker {worker.id} registered, status={worker.status}, "
-                f"max_concurrency={worker.max_concurrency}",
+                worker_audit(
+                    AuditAction.WORKER_REGISTERED if created else AuditAction.WORKER_UPDATED,
+                    worker.id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Worker {worker.id} registered, status={worker.status}, "
+                    f"max_concurrency={worker.max_concurrency}",
+                )
             )
         self.signal.changed()
         return worker, created
@@ -122,11 +124,12 @@ class WorkerService:
                 )
             await tx.workers.delete(worker_id)
             await tx.audit.add(
-                now,
-                "worker_removed",
-                "worker",
-                worker_id,
-                actor,
-                f"Worker {worker_id} unregistered",
+                worker_audit(
+                    AuditAction.WORKER_REMOVED,
+                    worker_id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Worker {worker_id} unregistered",
+                )
             )
         self.signal.changed()
