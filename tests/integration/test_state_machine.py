@@ -80,12 +80,12 @@ class ModelLease:
 
 
 async def scalar(tx: Repositories, statement: Any) -> Any:
-    [row] = await tx.session.execute(statement)
+    [row] = await tx.connection.execute(statement)
     return next(iter(row.values()))
 
 
 async def records(tx: Repositories, statement: Any) -> list[SimpleNamespace]:
-    return [SimpleNamespace(**row) for row in await tx.session.execute(statement)]
+    return [SimpleNamespace(**row) for row in await tx.connection.execute(statement)]
 
 
 class LifecycleMachine(RuleBasedStateMachine):

@@ -136,7 +136,7 @@ class Planner:
         )
 
 
-class Session:
+class Connection:
     """One connection, as repositories use it: run a statement, get mappings back."""
 
     def __init__(self, conn: Any, planner: Planner):

@@ -13,22 +13,22 @@ from typing import Any, TypeVar, get_type_hints
 
 from sqlalchemy import ColumnElement, Executable, Table, literal_column
 
-from bloom.db.executor import Row, Session
+from bloom.db.executor import Connection, Row
 
 T = TypeVar("T")
 
 
 class Repository:
-    def __init__(self, session: Session):
-        self.session = session
-        self.kind = session.kind
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.kind = connection.kind
 
     @property
     def is_postgres(self) -> bool:
         return self.kind == "postgresql"
 
     async def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return await self.session.execute(stmt, params)
+        return await self.connection.execute(stmt, params)
 
     async def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None

@@ -83,8 +83,8 @@ def _claim_statement() -> Any:
     """Lease the best queued task a worker may take.
 
     Order: priority, then age. A task whose context was last held by another worker is left to
-    that worker (its Claude session lives there) while it is online, live and has a free slot, for
-    at most the sticky wait; after that, or when it cannot take it, anyone may.
+    that worker (its Claude conversation lives there) while it is online, live and has a free
+    slot, for at most the sticky wait; after that, or when it cannot take it, anyone may.
     """
     held = leases.alias("held")
     owner = workers.alias("owner")
