@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from bloom.domain.models import Completion
+from bloom.domain.states import ResultStatus, TaskStatus
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.events import End, EventService, Keepalive, NewEvent
 from bloom.runtime.services.tasks import NewTask
@@ -115,10 +116,10 @@ async def test_following_sends_keepalives_while_quiet_and_ends_with_the_task(
     event = await asyncio.wait_for(anext(stream), 1)  # woken at once, not at the recheck
     assert not isinstance(event, Keepalive | End)
     assert (event.seq, event.data) == (1, "hello")
-    ok = Completion(status="success", output="ok", error_message=None, metrics={})
+    ok = Completion(status=ResultStatus.SUCCESS, output="ok", error_message=None, metrics={})
     await container.attempts.complete(task_id, ok, lease_id=lease_id)
     # woken by the queue signal the completion sends, long before the 5 s recheck
-    assert await asyncio.wait_for(anext(stream), 1) == End("completed")
+    assert await asyncio.wait_for(anext(stream), 1) == End(TaskStatus.COMPLETED)
     with pytest.raises(StopAsyncIteration):
         await anext(stream)
 

@@ -31,6 +31,7 @@ from sqlalchemy import func, select
 
 from bloom.domain.errors import Conflict, ServiceError, Unavailable
 from bloom.domain.models import Completion
+from bloom.domain.states import ResultStatus
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.tasks import NewTask
 from bloom.runtime.services.workers import Registration
@@ -79,12 +80,12 @@ class ModelLease:
 
 
 async def scalar(tx: Repositories, statement: Any) -> Any:
-    [row] = await tx.session.execute(statement)
+    [row] = await tx.connection.execute(statement)
     return next(iter(row.values()))
 
 
 async def records(tx: Repositories, statement: Any) -> list[SimpleNamespace]:
-    return [SimpleNamespace(**row) for row in await tx.session.execute(statement)]
+    return [SimpleNamespace(**row) for row in await tx.connection.execute(statement)]
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -279,7 +280,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if not self.leases:
             return
         lease = self.leases[data.draw(st.sampled_from(sorted(self.leases)))]
-        status = "success" if outcome == "success" else "error"
+        status = ResultStatus.SUCCESS if outcome == "success" else ResultStatus.ERROR
         completion = Completion(
             status=status,
             output="out" if status == "success" else None,

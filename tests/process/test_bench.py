@@ -121,7 +121,7 @@ async def test_bulk_rows_are_the_tasks_the_api_creates(
     bulk.settle(target)
 
     async with container.db.read() as tx:
-        rows = [dict(row) for row in await tx.session.execute(select(llm_tasks))]
+        rows = [dict(row) for row in await tx.connection.execute(select(llm_tasks))]
     assert len(rows) == 3
     varying = {"id", "context_id", "created_at", "updated_at", "queued_at", "request_hash"}
     api_row = next(row for row in rows if row["id"] == made.id)

@@ -6,6 +6,7 @@ import pytest
 
 from bloom.domain.fleet import epoch_ms, gone_quiet, parse_agent
 from bloom.domain.models import Worker
+from bloom.domain.states import WorkerStatus
 
 
 def test_the_documented_registration_body_reads_as_an_online_agent() -> None:
@@ -82,7 +83,11 @@ def test_epoch_ms(value: Any, expected: int | None) -> None:
 
 
 def worker(
-    worker_id: str, *, status: str = "online", heartbeat: int | None, listed: int | None
+    worker_id: str,
+    *,
+    status: WorkerStatus = WorkerStatus.ONLINE,
+    heartbeat: int | None,
+    listed: int | None,
 ) -> Worker:
     return Worker(
         id=worker_id,
@@ -110,7 +115,9 @@ def test_gone_quiet_needs_silence_on_both_channels() -> None:
         worker("listed-recently", heartbeat=None, listed=2_000),  # listed recently: stays
         worker("listed-now", heartbeat=None, listed=None),  # in this listing: stays
         worker("quiet", heartbeat=500, listed=900),  # silent on both since the cutoff: goes
-        worker("offline", status="offline", heartbeat=None, listed=None),  # already offline
+        worker(
+            "offline", status=WorkerStatus.OFFLINE, heartbeat=None, listed=None
+        ),  # already offline
     ]
     quiet = gone_quiet(workers, listed={"listed-now"}, cutoff=cutoff)
     assert [w.id for w in quiet] == ["quiet"]

@@ -11,6 +11,7 @@ from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
 from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
+from bloom.worker.conversations import ConversationBook
 from bloom.worker.echo_model import Script
 from bloom.worker.outcome import (
     Outcome,
@@ -21,7 +22,6 @@ from bloom.worker.outcome import (
     json_output,
 )
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
-from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import (
     MAX_BATCH,
@@ -221,18 +221,18 @@ def test_agents_are_named_only_when_the_cli_knows_them(tmp_path: Path) -> None:
     assert not known_agent("../reviewer", [tmp_path])
 
 
-def test_session_book_survives_a_restart(tmp_path: Path) -> None:
+def test_the_conversation_book_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "w" / "sessions.json"
-    book = SessionBook(path)
+    book = ConversationBook(path)
     assert book.get("ctx") is None
     book.set("ctx", "s-1")
     book.set("other", "s-2")
-    again = SessionBook(path)
+    again = ConversationBook(path)
     assert (again.get("ctx"), again.get("other")) == ("s-1", "s-2")
     again.forget("ctx")
-    assert SessionBook(path).get("ctx") is None
+    assert ConversationBook(path).get("ctx") is None
     path.write_text("not json")
-    assert SessionBook(path).get("other") is None
+    assert ConversationBook(path).get("other") is None
 
 
 def test_echo_model_directives() -> None:
@@ -261,7 +261,7 @@ async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) 
 
     settings = WorkerSettings(name="w1", data_dir=tmp_path)
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
-        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant())
+        run = TaskRun(settings, client, ConversationBook(tmp_path / "s.json"), Pause(), grant())
         await run._report(Outcome(True, output="echo: hi", metrics={"duration_ms": 5}))
     assert len(seen) == 3
     assert all(body["lease_id"] == "l1" and body["worker_id"] == "w1" for body in seen)
@@ -281,7 +281,7 @@ async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:
 
     settings = WorkerSettings(name="w1", data_dir=tmp_path)
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
-        run = TaskRun(settings, client, SessionBook(tmp_path / "s.json"), Pause(), grant())
+        run = TaskRun(settings, client, ConversationBook(tmp_path / "s.json"), Pause(), grant())
         await run._report(Outcome(True, output="x", metrics={"duration_ms": 5}))
     assert calls == 1
 

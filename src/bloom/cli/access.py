@@ -8,8 +8,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from bloom.cli.admin import fail as _fail
 from bloom.cli.admin import on_runtime
+from bloom.cli.output import fail
 from bloom.domain.identity import Role
 from bloom.runtime.services.credentials import CredentialService
 
@@ -70,7 +70,7 @@ def revoke_key(
 def _password(role: Role, from_stdin: bool) -> str:
     """A person's new password (people are admins or viewers), from stdin or asked twice."""
     if role is Role.WORKER:
-        _fail("a person is an admin or a viewer; workers use keys")
+        fail("a person is an admin or a viewer; workers use keys")
     if from_stdin:
         return sys.stdin.readline().rstrip("\n")
     entered: str = typer.prompt("Password", hide_input=True, confirmation_prompt=True)

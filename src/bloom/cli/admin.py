@@ -4,21 +4,15 @@ directly, with no running server and no admin key, migrating the schema first if
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
-
-import typer
+from typing import TypeVar
 
 from bloom.cli.common import runtime_settings
+from bloom.cli.output import fail
 from bloom.domain.errors import ServiceError
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.storage.schema import SCHEMA
 
 T = TypeVar("T")
-
-
-def fail(message: str) -> NoReturn:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(1)
 
 
 def on_runtime(action: Callable[[Container], Awaitable[T]]) -> T:

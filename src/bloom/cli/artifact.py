@@ -15,9 +15,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from bloom.cli.admin import fail as admin_fail
 from bloom.cli.admin import on_runtime
-from bloom.cli.remote import DEFAULT_URL, UrlOption, call, err, fail
+from bloom.cli.output import fail
+from bloom.cli.remote import DEFAULT_URL, UrlOption, call, err
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.models import Artifact
 
@@ -92,4 +92,4 @@ def migrate(
         f"{report.missing} missing, {report.mismatched} not matching their SHA-256"
     )
     if report.problems:
-        admin_fail(f"{report.problems} artifacts could not be moved (listed above)")
+        fail(f"{report.problems} artifacts could not be moved (listed above)")

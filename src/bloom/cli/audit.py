@@ -3,7 +3,8 @@
 import typer
 from rich.console import Console
 
-from bloom.cli.admin import fail, on_runtime
+from bloom.cli.admin import on_runtime
+from bloom.cli.output import fail
 from bloom.runtime.container import Container
 from bloom.runtime.services.audit_export import ExportReport
 

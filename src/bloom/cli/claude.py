@@ -2,13 +2,10 @@
 
 import typer
 
+from bloom.cli.output import fail, say
 from bloom.worker import claude_cli
 
 app = typer.Typer(help="The Claude CLI the worker runs.", no_args_is_help=True)
-
-
-def _say(message: str) -> None:
-    typer.echo(message, err=True)
 
 
 @app.command()
@@ -19,13 +16,10 @@ def path() -> None:
     chosen = claude_cli.configured_claude()
     found = chosen or claude_cli.find_claude(claude_cli.cache_dir())
     if not found:
-        typer.secho(
-            f"bloom: no Claude CLI on PATH or in {claude_cli.cache_dir()}; "
-            "`bloom claude install` fetches it",
-            err=True,
-            fg=typer.colors.RED,
+        fail(
+            f"no Claude CLI on PATH or in {claude_cli.cache_dir()}; "
+            "`bloom claude install` fetches it"
         )
-        raise typer.Exit(1)
     typer.echo(str(found))
 
 
@@ -37,12 +31,11 @@ def install(
     cache = claude_cli.cache_dir()
     existing = None if force else claude_cli.cached_binary(cache)
     if existing is not None:
-        _say(f"Claude CLI {claude_cli.PINNED_VERSION} already in the cache")
+        say(f"Claude CLI {claude_cli.PINNED_VERSION} already in the cache")
         typer.echo(str(existing))
         return
     try:
-        binary = claude_cli.install_claude(cache, _say)
+        binary = claude_cli.install_claude(cache, say)
     except claude_cli.ClaudeCliError as exc:
-        typer.secho(f"bloom: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1) from None
+        fail(str(exc))
     typer.echo(str(binary))

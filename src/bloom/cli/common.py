@@ -1,9 +1,8 @@
 """What several commands share: settings and the database target, with clean errors."""
 
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
-
+from bloom.cli.output import fail
 from bloom.db.database import DatabaseTarget, DatabaseUrlError, resolve_database
 from bloom.runtime.settings import RuntimeSettings, load_runtime_settings
 from bloom.web.settings import SettingsError
@@ -16,9 +15,9 @@ def runtime_settings(**overrides: object) -> tuple[RuntimeSettings, DatabaseTarg
         settings = load_runtime_settings(**given)
         return settings, resolve_database(settings.database_url, settings.data_dir)
     except SettingsError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     except DatabaseUrlError as exc:
-        _fail(f"BLOOM_DATABASE_URL or DATABASE_URL: {exc}")
+        fail(f"BLOOM_DATABASE_URL or DATABASE_URL: {exc}", 2)
 
 
 KEEP_ALIVE_SEC = 75
@@ -41,8 +40,3 @@ def uvicorn_options(host: str, port: int) -> dict[str, Any]:
         "timeout_keep_alive": KEEP_ALIVE_SEC,
         "timeout_graceful_shutdown": 5,
     }
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(2)

@@ -1,6 +1,6 @@
 """`bloom membridge …`: the Membridge control plane server and its schema."""
 
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 import uvicorn
@@ -8,6 +8,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from bloom.cli.common import uvicorn_options
 from bloom.cli.logs import configure_logging
+from bloom.cli.output import fail
 from bloom.db.database import DatabaseTarget, DatabaseUrlError
 from bloom.membridge.app import create_app
 from bloom.membridge.container import database_target
@@ -20,11 +21,6 @@ db_app = typer.Typer(help="Membridge's database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(2)
-
-
 def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
     """Membridge's settings and database, or a one-line error and exit status 2."""
     given = {key: value for key, value in overrides.items() if value is not None}
@@ -32,9 +28,9 @@ def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
         settings = load_membridge_settings(**given)
         return settings, database_target(settings)
     except SettingsError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     except DatabaseUrlError as exc:
-        _fail(f"BLOOM_MEMBRIDGE_DATABASE_URL: {exc}")
+        fail(f"BLOOM_MEMBRIDGE_DATABASE_URL: {exc}", 2)
 
 
 def _upgrade(target: DatabaseTarget, revision: str = "head") -> None:
@@ -42,12 +38,7 @@ def _upgrade(target: DatabaseTarget, revision: str = "head") -> None:
         SCHEMA.upgrade(target, revision)
     except SQLAlchemyError as exc:
         lines = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
-        typer.secho(
-            f"bloom: cannot migrate {target.display}: {lines[0]}",
-            err=True,
-            fg=typer.colors.RED,
-        )
-        raise typer.Exit(1) from None
+        fail(f"cannot migrate {target.display}: {lines[0]}")
 
 
 @app.command()
@@ -76,7 +67,7 @@ def serve(
     try:
         settings.check_auth()
     except SettingsError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     configure_logging(settings.log_level, settings.log_format)
     if migrate_db and settings.migrate_on_start:
         _upgrade(target)

@@ -5,11 +5,12 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
+from bloom.cli.output import fail
 from bloom.clients.runtime import (
     RuntimeApiError,
     RuntimeClient,
@@ -36,12 +37,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead.")]
 def api_key() -> str:
     """The runtime's API key from the environment (never an option: it would show in `ps`)."""
     return os.environ.get("BLOOM_API_KEY") or os.environ.get("RUNTIME_API_KEY") or ""
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """One red line on stderr, and the exit status."""
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    raise typer.Exit(code)
 
 
 def call(url: str, action: Callable[[RuntimeClient], Awaitable[T]]) -> T:

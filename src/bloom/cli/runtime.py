@@ -9,8 +9,9 @@ import structlog
 import typer
 import uvicorn
 
-from bloom.cli.common import _fail, runtime_settings, uvicorn_options
+from bloom.cli.common import runtime_settings, uvicorn_options
 from bloom.cli.logs import configure_logging
+from bloom.cli.output import fail
 from bloom.db.database import StorageKind
 from bloom.objects.s3 import ObjectStoreUnavailable
 from bloom.runtime.api.system import INSECURE_WARNING
@@ -48,7 +49,7 @@ def serve(
     try:
         settings.check_exposure()
     except SettingsError as exc:
-        _fail(str(exc))
+        fail(str(exc), 2)
     configure_logging(settings.log_level, settings.log_format)
     if settings.serving_insecure:
         log.warning("runtime_insecure", message=INSECURE_WARNING, host=settings.host)
@@ -89,7 +90,7 @@ def check_object_store(settings: RuntimeSettings) -> None:
         asyncio.run(reach())
     except ObjectStoreUnavailable as exc:
         if settings.s3_required:
-            _fail(f"artifact store: {exc} (BLOOM_S3_REQUIRED=false starts without it)")
+            fail(f"artifact store: {exc} (BLOOM_S3_REQUIRED=false starts without it)", 2)
         log.warning("artifact_store_unreachable", error=str(exc), degraded=True)
 
 

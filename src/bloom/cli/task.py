@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from bloom.cli.output import fail
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -18,7 +19,6 @@ from bloom.cli.remote import (
     ago,
     call,
     err,
-    fail,
     out,
     styled_status,
     when,
@@ -211,9 +211,8 @@ def _finish(task: TaskInfo, content: str | None, as_json: bool) -> None:
     detail = f": {task.last_error}" if task.last_error else ""
     if status == TaskStatus.CANCELLED:
         typer.secho(f"bloom: task {task.id} was cancelled{detail}", err=True, fg="yellow")
-    else:
-        typer.secho(f"bloom: task {task.id} {status}{detail}", err=True, fg="red")
-    raise typer.Exit(1)
+        raise typer.Exit(1)
+    fail(f"task {task.id} {status}{detail}")
 
 
 @app.command("list")

@@ -20,6 +20,7 @@ import click
 import httpx
 import typer
 
+from bloom.cli.output import fail, say
 from bloom.cli.supervisor import (
     ChildFailed,
     ChildSpec,
@@ -228,15 +229,6 @@ def banner(options: UpOptions) -> list[str]:
     return lines
 
 
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    typer.secho(f"bloom: {message}", err=True, fg=typer.colors.RED)
-    return typer.Exit(code)
-
-
-def _say(message: str) -> None:
-    typer.echo(message, err=True)
-
-
 def up(
     demo_model: Annotated[
         bool,
@@ -275,21 +267,21 @@ def up(
     )
     busy = [f"{name} port {p}" for name, p in options.ports().items() if port_in_use(p, HOST)]
     if len(set(options.ports().values())) < len(options.ports()):
-        raise _fail("the runtime, Membridge and model ports must differ", 2)
+        fail("the runtime, Membridge and model ports must differ", 2)
     if busy:
-        raise _fail(
+        fail(
             f"{', '.join(busy)} already in use (another `bloom up`?); choose others with "
             "--port / --membridge-port / --model-port",
             2,
         )
     try:
-        claude_bin, fetched = claude_cli.ensure_claude(_say, environ)
+        claude_bin, fetched = claude_cli.ensure_claude(say, environ)
     except claude_cli.ClaudeCliError as exc:
-        raise _fail(str(exc), 2) from None
+        fail(str(exc), 2)
     except KeyboardInterrupt:
-        raise _fail("interrupted while fetching the Claude CLI", 130) from None
+        fail("interrupted while fetching the Claude CLI", 130)
     if not fetched:
-        _say(click.style(f"Claude CLI: {claude_bin}", dim=True))
+        say(click.style(f"Claude CLI: {claude_bin}", dim=True))
     options = replace(options, claude_bin=claude_bin)
     key = admin_key(data_dir)
     raise typer.Exit(run_stack(options, plan(options, environ, key)))
@@ -297,14 +289,14 @@ def up(
 
 def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
     """Start `children` in order, wait, stop; the exit status."""
-    supervisor = Supervisor(say=_say)
+    supervisor = Supervisor(say=say)
     with supervisor.signals():
         try:
             for spec in children:
                 supervisor.start(spec)
         except StopRequested:
             supervisor.stop_all()
-            _say("stopped")
+            say("stopped")
             return 0
         except ChildFailed as exc:
             supervisor.stop_all()
@@ -319,7 +311,7 @@ def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
             died.name, f"{describe_exit(died)} unexpectedly; the others were stopped", died.tail
         )
         return 1
-    _say("stopped")
+    say("stopped")
     return 0
 
 

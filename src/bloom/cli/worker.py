@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bloom.cli.logs import configure_logging
+from bloom.cli.output import fail
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -17,7 +18,6 @@ from bloom.cli.remote import (
     ago,
     call,
     err,
-    fail,
     out,
     styled_status,
 )

@@ -1,7 +1,7 @@
 """The database handle: connections, transactions and dialect quirks, for PostgreSQL and SQLite.
 
-Repositories get a `Session` bound to one connection (and, for writes, one transaction) and run
-SQLAlchemy Core statements on it through the executor. PostgreSQL runs on an asyncpg pool with
+Repositories get a `Connection` (the executor's: one driver connection and, for writes, one
+transaction) and run SQLAlchemy Core statements on it. PostgreSQL runs on an asyncpg pool with
 JSON decoded by the driver. SQLite runs on aiosqlite: one writer connection, its transactions
 `BEGIN IMMEDIATE` and serialised in-process (so writers queue on a lock instead of spinning on
 SQLITE_BUSY), plus a few reader connections that WAL lets read beside the writer.
@@ -21,7 +21,7 @@ import orjson
 from sqlalchemy import Executable
 from sqlalchemy.engine import URL, make_url
 
-from bloom.db.executor import Planner, Row, Session
+from bloom.db.executor import Connection, Planner, Row
 
 R = TypeVar("R")
 
@@ -89,14 +89,14 @@ def resolve_database(
 
 class Database(Generic[R]):
     """The pools, and the transaction discipline every service uses. `repositories` builds the
-    schema's repositories around a session (`write()` and `read()` hand them out)."""
+    schema's repositories around a connection (`write()` and `read()` hand them out)."""
 
     READERS = 4
 
     def __init__(
         self,
         target: DatabaseTarget,
-        repositories: Callable[[Session], R],
+        repositories: Callable[[Connection], R],
         *,
         pool_size: int = 10,
         sqlite_synchronous: str = "NORMAL",
@@ -123,7 +123,7 @@ class Database(Generic[R]):
                     min_size=1,
                     max_size=self._pool_size,
                     init=_init_postgresql,
-                    reset=_keep_session,
+                    reset=_skip_reset,
                     statement_cache_size=512,
                 )
                 return
@@ -145,7 +145,7 @@ class Database(Generic[R]):
         return conn
 
     @contextlib.asynccontextmanager
-    async def session(self, *, write: bool) -> AsyncIterator[Session]:
+    async def connection(self, *, write: bool) -> AsyncIterator[Connection]:
         """A connection for one unit of work; with `write`, inside one transaction that commits
         when the block ends and rolls back if it raises."""
         if self._pool is None and self._writer is None:
@@ -154,16 +154,16 @@ class Database(Generic[R]):
             async with self._pool.acquire() as conn:
                 if write:
                     async with conn.transaction():
-                        yield Session(conn, self.planner)
+                        yield Connection(conn, self.planner)
                 else:
-                    yield Session(conn, self.planner)
+                    yield Connection(conn, self.planner)
             return
         if write:
             assert self._writer is not None
             async with self._write_lock:
                 await self._writer.execute("BEGIN IMMEDIATE")
                 try:
-                    yield Session(self._writer, self.planner)
+                    yield Connection(self._writer, self.planner)
                 except BaseException:
                     await self._writer.execute("ROLLBACK")
                     raise
@@ -172,28 +172,28 @@ class Database(Generic[R]):
         assert self._readers is not None
         reader = await self._readers.get()
         try:
-            yield Session(reader, self.planner)
+            yield Connection(reader, self.planner)
         finally:
             self._readers.put_nowait(reader)
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[R]:
         """Every repository, in one read-write transaction."""
-        async with self.session(write=True) as session:
-            yield self._repositories(session)
+        async with self.connection(write=True) as connection:
+            yield self._repositories(connection)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[R]:
         """Every repository, for reads; each statement sees the latest committed state."""
-        async with self.session(write=False) as session:
-            yield self._repositories(session)
+        async with self.connection(write=False) as connection:
+            yield self._repositories(connection)
 
     async def execute(
         self, statement: Executable, params: Mapping[str, Any] | None = None
     ) -> list[Row]:
         """One statement in its own transaction."""
-        async with self.session(write=True) as session:
-            return await session.execute(statement, params)
+        async with self.connection(write=True) as connection:
+            return await connection.execute(statement, params)
 
     async def dispose(self) -> None:
         if self._pool is not None:
@@ -214,9 +214,9 @@ async def _init_postgresql(conn: asyncpg.Connection) -> None:
         )
 
 
-async def _keep_session(conn: asyncpg.Connection) -> None:
+async def _skip_reset(conn: asyncpg.Connection) -> None:
     """Skip asyncpg's reset on release (a round trip of UNLISTEN, RESET ALL and more per
-    transaction): our sessions leave no session state behind. Advisory locks are
+    transaction): our connections leave no server-side state behind. Advisory locks are
     transaction-scoped, and LISTEN has a connection of its own."""
 
 

@@ -6,6 +6,11 @@ statement, and how to turn driver rows into Python values. The drivers then run 
 not run statements through SQLAlchemy's async engine because, measured on this project's 2-core
 machine, it costs 0.115 ms of CPU per statement and 0.4 ms per transaction, against 0.03 ms for
 each on asyncpg directly: most of the lease engine's time (docs/decisions.md).
+
+Compiling reads two private attributes of SQLAlchemy's `SQLCompiler`: `_bind_processors` (how
+each bound value is converted for the driver) and `_result_columns` (the names and types of the
+columns a statement returns). No public API gives either, and a minor release may change them,
+so pyproject.toml pins SQLAlchemy below 2.1; check both before moving the pin.
 """
 
 from collections.abc import Mapping, Sequence
@@ -131,7 +136,7 @@ class Planner:
         )
 
 
-class Session:
+class Connection:
     """One connection, as repositories use it: run a statement, get mappings back."""
 
     def __init__(self, conn: Any, planner: Planner):

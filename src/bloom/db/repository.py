@@ -8,26 +8,27 @@ so they never collide with a column.
 
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, TypeVar
+from enum import Enum
+from typing import Any, TypeVar, get_type_hints
 
 from sqlalchemy import ColumnElement, Executable, Table, literal_column
 
-from bloom.db.executor import Row, Session
+from bloom.db.executor import Connection, Row
 
 T = TypeVar("T")
 
 
 class Repository:
-    def __init__(self, session: Session):
-        self.session = session
-        self.kind = session.kind
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.kind = connection.kind
 
     @property
     def is_postgres(self) -> bool:
         return self.kind == "postgresql"
 
     async def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> list[Row]:
-        return await self.session.execute(stmt, params)
+        return await self.connection.execute(stmt, params)
 
     async def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
@@ -43,10 +44,35 @@ class Repository:
     async def one(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> T | None:
         """The first row of `stmt` as an `entity`, or None."""
         rows = await self.run(stmt, params)
-        return entity(**rows[0]) if rows else None
+        return to_entity(entity, rows[0]) if rows else None
 
     async def all(self, entity: type[T], stmt: Executable, params: Mapping[str, Any]) -> list[T]:
-        return [entity(**row) for row in await self.run(stmt, params)]
+        return [to_entity(entity, row) for row in await self.run(stmt, params)]
+
+
+def to_entity(entity: type[T], row: Mapping[str, Any]) -> T:
+    """A row as an `entity` dataclass; its enum fields (the states) made from their stored text."""
+    enums = _ENUM_FIELDS.get(entity)
+    if enums is None:
+        enums = _ENUM_FIELDS[entity] = _enum_fields(entity)
+    if not enums:
+        return entity(**row)
+    values = dict(row)
+    for name, enum in enums:
+        values[name] = enum(values[name])
+    return entity(**values)
+
+
+_ENUM_FIELDS: dict[type[Any], tuple[tuple[str, type[Enum]], ...]] = {}
+
+
+def _enum_fields(entity: type[Any]) -> tuple[tuple[str, type[Enum]], ...]:
+    hints = get_type_hints(entity)
+    return tuple(
+        (f.name, hints[f.name])
+        for f in fields(entity)
+        if isinstance(hints[f.name], type) and issubclass(hints[f.name], Enum)
+    )
 
 
 def entity_columns(table: Table, entity: type[Any]) -> list[Any]:

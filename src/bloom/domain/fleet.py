@@ -26,7 +26,7 @@ class Agent:
 
     id: str
     url: str
-    status: str
+    status: WorkerStatus
     capabilities: dict[str, Any]
     last_seen: int | None
     ip_addrs: list[str]
@@ -56,7 +56,7 @@ def parse_agent(raw: Any) -> Agent | None:
     return Agent(
         id=name,
         url=url if isinstance(url, str) else "",
-        status=status if status in STATUSES else WorkerStatus.UNKNOWN,
+        status=WorkerStatus(status) if status in STATUSES else WorkerStatus.UNKNOWN,
         capabilities={
             "claude_cli": caps.get("claude_cli") is not False,
             "max_concurrency": _bounded(concurrency),

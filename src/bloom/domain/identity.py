@@ -19,7 +19,7 @@ class Kind(StrEnum):
     KEY = "key"
     """A key created with `bloom key create`."""
     USER = "user"
-    """A browser session of a user created with `bloom user create`."""
+    """A logged-in user (the login cookie) created with `bloom user create`."""
     ANONYMOUS = "anonymous"
     """No (valid) credentials: known only by the client's address."""
 

@@ -1,11 +1,14 @@
 """The runtime's entities, with the seed's field names (they are the HTTP contract's names too).
 
-Timestamps are Unix epoch milliseconds. These are plain values: storage builds them from rows,
-services pass them around, the API serialises them as they are.
+Timestamps are Unix epoch milliseconds; states are the enums of `states.py` (stored and sent as
+their text). These are plain values: storage builds them from rows, services pass them around,
+the API serialises them as they are.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
 
 DEFAULT_TIMEOUT_SEC = 120
 """How long one attempt may run when the task's policy does not say (the seed's default)."""
@@ -13,7 +16,7 @@ DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": DEFAULT_TIMEOUT_SEC, "budget": 
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     id: str
     context_id: str
@@ -22,7 +25,7 @@ class Task:
     context_hints: list[str]
     policy: dict[str, Any]
     desired_format: str
-    status: str
+    status: TaskStatus
     created_at: int
     updated_at: int
     lease_id: str | None
@@ -38,7 +41,7 @@ class Task:
     session_id: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Lease:
     id: str
     task_id: str
@@ -46,19 +49,19 @@ class Lease:
     started_at: int
     expires_at: int
     ttl_seconds: int
-    status: str
+    status: LeaseStatus
     last_heartbeat: int
     context_id: str | None
     claimed_at: int | None = None
     ended_at: int | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Worker:
     id: str
     node_id: str
     url: str
-    status: str
+    status: WorkerStatus
     capabilities: dict[str, Any]
     last_heartbeat: int | None
     ip_addrs: list[str]
@@ -83,7 +86,7 @@ class Worker:
         return bool(self.capabilities.get("claude_cli", True))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Artifact:
     id: str
     task_id: str
@@ -100,13 +103,13 @@ class Artifact:
     storage: str = "db"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Result:
     id: str
     task_id: str
     worker_id: str
     artifact_id: str | None
-    status: str
+    status: ResultStatus
     output: str | None
     error_message: str | None
     metrics: dict[str, Any]
@@ -115,7 +118,7 @@ class Result:
     error_code: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     id: str
     timestamp: int
@@ -127,7 +130,7 @@ class AuditEntry:
     task_id: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TaskEvent:
     """One entry of a task's live output: `seq` counts 1, 2, 3… per task, without gaps."""
 
@@ -140,11 +143,11 @@ class TaskEvent:
     created_at: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Completion:
     """What a worker reports when an attempt ends (the seed's result envelope, plus error codes)."""
 
-    status: str
+    status: ResultStatus
     output: str | None
     error_message: str | None
     metrics: dict[str, Any]

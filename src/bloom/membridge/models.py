@@ -11,7 +11,7 @@ AGENT_STATUSES = ("online", "offline", "syncing", "error", "unknown")
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Agent:
     """A registered agent (a worker machine), keyed by name."""
 
@@ -24,7 +24,7 @@ class Agent:
     last_seen: int | None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Project:
     """A project an operator created by name."""
 
@@ -33,7 +33,7 @@ class Project:
     created_at: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """One node's latest heartbeat for one project (canonical id)."""
 
@@ -51,7 +51,7 @@ class Node:
     agent_version: str | None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class HeartbeatProject:
     """A project as heartbeats name it: the last node that reported it, and when."""
 
@@ -61,7 +61,7 @@ class HeartbeatProject:
     last_seen: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Leadership:
     """The operator's choice of primary node for a project, for a limited time.
 
@@ -77,7 +77,7 @@ class Leadership:
     expires_at: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """A sync job (the reference's `jobs` table): what was asked of which agent, and how it went."""
 

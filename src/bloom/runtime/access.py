@@ -87,7 +87,7 @@ async def authorize(request: Request) -> None:
     """A dependency of every route: the caller's identity against the route's rule.
 
     401 for no (valid) credentials, 403 for a role the rule does not admit, for a browser
-    session's state-changing request without its CSRF token, and for a route without a rule.
+    login's state-changing request without its CSRF token, and for a route without a rule.
     """
     route = request.scope.get("route")
     access = rule_for(request.method, getattr(route, "path_format", request.url.path))

@@ -12,10 +12,10 @@ from bloom.runtime.access import authorize
 from bloom.runtime.api import (
     events,
     lease_protocol,
+    login,
     membridge,
     metrics,
     records,
-    session,
     system,
     tasks,
     workers,
@@ -23,11 +23,11 @@ from bloom.runtime.api import (
 from bloom.runtime.auth import IdentityMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.http import install_error_handlers, invalid_query
+from bloom.runtime.login import LoginCodec
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
 from bloom.runtime.secret_key import server_secret
-from bloom.runtime.sessions import SessionCodec
 from bloom.runtime.settings import RuntimeSettings
 from bloom.web.client_address import client_address
 from bloom.web.guards import install_http_guards
@@ -85,7 +85,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
     )
     for module in (
         system,
-        session,
+        login,
         workers,
         tasks,
         lease_protocol,
@@ -95,7 +95,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         metrics,
     ):
         app.include_router(module.router)
-    app.state.sessions = SessionCodec(server_secret(settings))
+    app.state.logins = LoginCodec(server_secret(settings))
     app.state.trusted_proxies = settings.trusted_proxies
     app.state.metrics_public = settings.metrics_public
 
@@ -113,7 +113,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
     app.add_middleware(
         IdentityMiddleware,
         admin_key=settings.api_key_value,
-        sessions=app.state.sessions,
+        logins=app.state.logins,
         address_of=lambda scope: client_address(scope, settings.trusted_proxies),
     )
     install_http_guards(

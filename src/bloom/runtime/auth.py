@@ -25,10 +25,10 @@ from bloom.domain.identity import Identity, Kind, Role, anonymous, open_access
 from bloom.domain.secrets import key_matches
 from bloom.runtime.access import SAFE_METHODS
 from bloom.runtime.container import Container
-from bloom.runtime.sessions import (
+from bloom.runtime.login import (
     COOKIE,
     CSRF_HEADER,
-    SessionCodec,
+    LoginCodec,
     csrf_matches,
     password_stamp,
 )
@@ -66,12 +66,12 @@ class IdentityMiddleware:
         self,
         app: ASGIApp,
         admin_key: str,
-        sessions: SessionCodec,
+        logins: LoginCodec,
         address_of: AddressOf = peer_address,
     ):
         self.app = app
         self.admin_key = admin_key.encode()
-        self.sessions = sessions
+        self.logins = logins
         self.address_of = address_of
         self._keys: dict[str, tuple[float, ApiKey]] = {}
 
@@ -96,18 +96,18 @@ class IdentityMiddleware:
             return anonymous(address)
         cookie = _cookie(scope, COOKIE)
         if cookie is not None:
-            session = self.sessions.read(cookie, int(time.time()))
-            user = await _container(scope).credentials.user(session.user_id) if session else None
+            login = self.logins.read(cookie, int(time.time()))
+            user = await _container(scope).credentials.user(login.user_id) if login else None
             if (
                 user is not None
-                and session is not None
-                and session.stamp == password_stamp(user.password)
+                and login is not None
+                and login.stamp == password_stamp(user.password)
             ):
                 token = _header(scope, CSRF_HEADER.encode())
                 state["csrf_ok"] = scope["method"] in SAFE_METHODS or csrf_matches(
-                    session.csrf, token.decode("latin-1") if token is not None else None
+                    login.csrf, token.decode("latin-1") if token is not None else None
                 )
-                state["session"] = session
+                state["login"] = login
                 return Identity(Kind.USER, user.id, Role(user.role))
         return anonymous(address)
 

@@ -1,7 +1,7 @@
-"""The server's own secret: signs session cookies, and (derived) encrypts secrets at rest.
+"""The server's own secret: signs login cookies, and (derived) encrypts secrets at rest.
 
 From `BLOOM_SECRET_KEY` when set; otherwise made once at random and kept in
-`<data dir>/secret.key`, readable by its owner only, so that sessions and stored secrets survive
+`<data dir>/secret.key`, readable by its owner only, so that logins and stored secrets survive
 a restart. Several runtime processes sharing one database must share this key: set it.
 """
 

@@ -17,7 +17,7 @@ from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
-from bloom.worker.sessions import SessionBook
+from bloom.worker.conversations import ConversationBook
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import Pause, TaskRun
 
@@ -40,7 +40,8 @@ class Worker:
         self.membridge = membridge
         """Where the worker also announces itself (the seed's agent registry), if anywhere."""
         self.environ = environ
-        self.sessions = SessionBook(settings.resolved_work_dir / "sessions.json")
+        # the file keeps its first name, so an upgraded worker still resumes its conversations
+        self.conversations = ConversationBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
         self.stopping = asyncio.Event()
         self.refused = False
@@ -182,7 +183,9 @@ class Worker:
 
     async def _run(self, grant: Grant) -> None:
         """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
-        run = TaskRun(self.settings, self.client, self.sessions, self.pause, grant, self.environ)
+        run = TaskRun(
+            self.settings, self.client, self.conversations, self.pause, grant, self.environ
+        )
         task = asyncio.create_task(run.run())
         try:
             await asyncio.shield(task)

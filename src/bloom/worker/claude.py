@@ -103,67 +103,27 @@ class ClaudeProcess:
         inv = self.invocation
         started = time.monotonic()
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                *inv.argv(),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=inv.cwd,
-                env=inv.env,
-                start_new_session=True,
-                limit=STREAM_LIMIT,
-                preexec_fn=_die_with_parent if _LIBC is not None else None,
-            )
+            process = self._process = await self._spawn()
         except OSError as exc:
             return RunReport(
                 exit_code=None,
                 duration_ms=0,
                 stderr_tail=f"cannot start {inv.binary}: {exc.strerror or exc}",
             )
-        process = self._process
-        result: dict[str, Any] | None = None
         stderr: list[str] = []
-
-        async def feed() -> None:
-            assert process.stdin is not None
-            try:
-                process.stdin.write(inv.prompt.encode())
-                await process.stdin.drain()
-                process.stdin.close()
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        async def read_stdout() -> None:
-            nonlocal result
-            assert process.stdout is not None
-            async for raw in process.stdout:
-                line = raw.decode(errors="replace").strip()
-                if not line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    await self.sink("stderr", {"line": line[:2000]})
-                    continue
-                if isinstance(event, dict) and event.get("type") == "result":
-                    result = event
-                await self.sink("claude", event)
-
-        async def read_stderr() -> None:
-            assert process.stderr is not None
-            async for raw in process.stderr:
-                line = raw.decode(errors="replace").rstrip()
-                stderr.append(line)
-                await self.sink("stderr", {"line": line[:2000]})
-
         timed_out = False
-        io = asyncio.gather(feed(), read_stdout(), read_stderr(), process.wait())
+        io = asyncio.gather(
+            self._feed(process),
+            self._read_stdout(process),
+            self._read_stderr(process, stderr),
+            process.wait(),
+        )
         try:
-            await asyncio.wait_for(asyncio.shield(io), inv.timeout_sec)
+            _, result, _, _ = await asyncio.wait_for(asyncio.shield(io), inv.timeout_sec)
         except TimeoutError:
             timed_out = not self._cancelled
             await self.kill()
-            await io
+            _, result, _, _ = await io
         except asyncio.CancelledError:
             await self.kill()
             await asyncio.gather(io, return_exceptions=True)  # its pipes close with the process
@@ -178,6 +138,54 @@ class ClaudeProcess:
             timeout_sec=inv.timeout_sec,
             cancelled=self._cancelled,
         )
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        inv = self.invocation
+        return await asyncio.create_subprocess_exec(
+            *inv.argv(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=inv.cwd,
+            env=inv.env,
+            start_new_session=True,
+            limit=STREAM_LIMIT,
+            preexec_fn=_die_with_parent if _LIBC is not None else None,
+        )
+
+    async def _feed(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(self.invocation.prompt.encode())
+            await process.stdin.drain()
+            process.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    async def _read_stdout(self, process: asyncio.subprocess.Process) -> dict[str, Any] | None:
+        """Every stream-json event to the sink; the run's `result` event, if one came."""
+        assert process.stdout is not None
+        result: dict[str, Any] | None = None
+        async for raw in process.stdout:
+            line = raw.decode(errors="replace").strip()
+            if not line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                await self.sink("stderr", {"line": line[:2000]})
+                continue
+            if isinstance(event, dict) and event.get("type") == "result":
+                result = event
+            await self.sink("claude", event)
+        return result
+
+    async def _read_stderr(self, process: asyncio.subprocess.Process, lines: list[str]) -> None:
+        assert process.stderr is not None
+        async for raw in process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            lines.append(line)
+            await self.sink("stderr", {"line": line[:2000]})
 
     async def cancel(self) -> None:
         self._cancelled = True

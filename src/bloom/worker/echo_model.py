@@ -15,7 +15,7 @@ the tests use to script the model's behaviour; they are harmless in a demo:
   is reached, with the reset time; after it, answer normally.
 
 Every request body is kept in memory (`GET /_requests` lists them), so a test can check what the
-CLI sent, for example that a resumed session carried the earlier turn.
+CLI sent, for example that a resumed conversation carried the earlier turn.
 """
 
 import asyncio

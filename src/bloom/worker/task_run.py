@@ -22,9 +22,9 @@ from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreach
 from bloom.clients.wire import Grant, HeartbeatReply, HeartbeatRequest
 from bloom.domain.retry import ErrorCode
 from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
+from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
-from bloom.worker.sessions import SessionBook
 from bloom.worker.settings import WorkerSettings
 
 log = structlog.get_logger("bloom.worker")
@@ -35,7 +35,7 @@ MAX_BATCH_BYTES = 1024 * 1024
 """Well under the runtime's request body limit (BLOOM_MAX_BODY_BYTES, 5 MiB by default)."""
 MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
-NO_SESSION = "No conversation found"
+NO_CONVERSATION = "No conversation found"
 USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
@@ -109,14 +109,14 @@ class TaskRun:
         self,
         settings: WorkerSettings,
         client: RuntimeClient,
-        sessions: SessionBook,
+        conversations: ConversationBook,
         pause: Pause,
         grant: Grant,
         environ: Mapping[str, str] = os.environ,
     ):
         self.settings = settings
         self.client = client
-        self.sessions = sessions
+        self.conversations = conversations
         self.pause = pause
         self.task = grant.task
         self.lease = grant.lease
@@ -142,7 +142,7 @@ class TaskRun:
             )
             return
         try:
-            async with self.sessions.lock(context):
+            async with self.conversations.lock(context):
                 report = await self._execute()
         except LeaseLost as exc:
             self.log.warning("lease_lost", reason=str(exc))
@@ -164,7 +164,7 @@ class TaskRun:
             budget_usd=self.task.policy.budget,
         )
         if outcome.session_id and not report.timed_out:
-            self.sessions.set(context, outcome.session_id)
+            self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
             until = outcome.retry_at or int(time.time() * 1000) + USAGE_LIMIT_FALLBACK_MS
             self.pause.until_ms = max(self.pause.until_ms, until)
@@ -179,12 +179,16 @@ class TaskRun:
         )
 
     async def _execute(self) -> RunReport:
-        """Run the CLI (resuming the context's session) while the lease is kept alive."""
-        resume = self.sessions.get(self.task.context_id)
+        """Run the CLI (resuming the context's conversation) while the lease is kept alive."""
+        resume = self.conversations.get(self.task.context_id)
         report = await self._run_cli(resume)
         failed_resume = report.result is None or report.result.get("is_error")
-        if resume and failed_resume and NO_SESSION in (report.stderr_tail + str(report.result)):
-            self.sessions.forget(self.task.context_id)  # its transcript is gone: start anew
+        if (
+            resume
+            and failed_resume
+            and NO_CONVERSATION in (report.stderr_tail + str(report.result))
+        ):
+            self.conversations.forget(self.task.context_id)  # its transcript is gone: start anew
             report = await self._run_cli(None)
         return report
 

@@ -77,7 +77,7 @@ async def add_audit_entries(client: httpx.AsyncClient, count: int, clock: FakeCl
     ]
     async with container.db.write() as tx:
         for row in rows:
-            await tx.session.execute(insert(audit_logs), row)
+            await tx.connection.execute(insert(audit_logs), row)
 
 
 async def test_audit_limit_defaults_to_100_and_is_capped_at_1000(

@@ -233,7 +233,7 @@ class CompleteReply:
     result: Result
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkerDetail(Worker):
     leases: list[Lease] = field(default_factory=list)
 

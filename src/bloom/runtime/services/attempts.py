@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import structlog
 
 from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
+from bloom.domain.audit import AuditAction, task_audit, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound, Unavailable
 from bloom.domain.ids import new_id
@@ -24,17 +25,17 @@ log = structlog.get_logger(__name__)
 STORE_RETRY_AFTER_SEC = 5
 """A complete refused because the artifact store is down asks to be retried this much later."""
 FAILURE_ACTIONS = {
-    TaskStatus.QUEUED: "task_retry_scheduled",
-    TaskStatus.FAILED: "task_failed",
-    TaskStatus.DEAD: "task_dead",
-    TaskStatus.CANCELLED: "task_cancelled",
+    TaskStatus.QUEUED: AuditAction.TASK_RETRY_SCHEDULED,
+    TaskStatus.FAILED: AuditAction.TASK_FAILED,
+    TaskStatus.DEAD: AuditAction.TASK_DEAD,
+    TaskStatus.CANCELLED: AuditAction.TASK_CANCELLED,
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Beat:
     lease: Lease
-    task_status: str
+    task_status: TaskStatus
     cancel_requested: bool
 
 
@@ -99,13 +100,13 @@ class AttemptService:
                 if running is not None:
                     status = running.status
                     await tx.audit.add(
-                        now,
-                        "task_running",
-                        "llm_task",
-                        task_id,
-                        lease.worker_id,
-                        f"Worker {lease.worker_id} started lease {lease.id}",
-                        task_id=task_id,
+                        task_audit(
+                            AuditAction.TASK_RUNNING,
+                            task_id,
+                            now=now,
+                            actor=lease.worker_id,
+                            detail=f"Worker {lease.worker_id} started lease {lease.id}",
+                        )
                     )
         return Beat(lease, status, renewal.cancel_requested)
 
@@ -163,13 +164,15 @@ class AttemptService:
             if pause_until is not None:
                 await tx.workers.pause(lease.worker_id, pause_until)
                 await tx.audit.add(
-                    now,
-                    "worker_paused",
-                    "worker",
-                    lease.worker_id,
-                    lease.worker_id,
-                    f"Usage limit: worker {lease.worker_id} takes no work until {pause_until}",
-                    task_id=task.id,
+                    worker_audit(
+                        AuditAction.WORKER_PAUSED,
+                        lease.worker_id,
+                        now=now,
+                        actor=lease.worker_id,
+                        detail=f"Usage limit: worker {lease.worker_id} takes no work until "
+                        f"{pause_until}",
+                        task_id=task.id,
+                    )
                 )
         self.signal.changed()
         return Completed(finished, artifact, result, replayed=False)
@@ -263,7 +266,7 @@ class AttemptService:
         )
         actor = lease.worker_id
         await tx.audit.add(
-            now, "task_completed", "llm_task", task.id, actor, detail, task_id=task.id
+            task_audit(AuditAction.TASK_COMPLETED, task.id, now=now, actor=actor, detail=detail)
         )
         if task.status in FAILURE_ACTIONS:
             code = completion.error_code or ErrorCode.ERROR
@@ -271,11 +274,7 @@ class AttemptService:
             if task.not_before:
                 next_detail += f"; retry not before {task.not_before}"
             await tx.audit.add(
-                now,
-                FAILURE_ACTIONS[TaskStatus(task.status)],
-                "llm_task",
-                task.id,
-                actor,
-                next_detail,
-                task_id=task.id,
+                task_audit(
+                    FAILURE_ACTIONS[task.status], task.id, now=now, actor=actor, detail=next_detail
+                )
             )

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import structlog
 
 from bloom.clients.membridge import ConnectionState
+from bloom.domain.audit import AuditAction, config_audit
 from bloom.domain.clock import Clock
 from bloom.domain.secrets import mask_secret
 from bloom.runtime.secret_box import SecretBox, SecretUnreadable, is_sealed
@@ -112,12 +113,12 @@ class ConfigService:
         async with self.db.write() as tx:
             await tx.settings.put({URL_KEY: membridge_server_url, ADMIN_KEY: sealed})
             await tx.audit.add(
-                now,
-                "config_updated",
-                "runtime_config",
-                "singleton",
-                actor,
-                f"Updated membridge URL to {without_credentials(membridge_server_url)}",
+                config_audit(
+                    AuditAction.CONFIG_UPDATED,
+                    now=now,
+                    actor=actor,
+                    detail=f"Updated membridge URL to {without_credentials(membridge_server_url)}",
+                )
             )
         return await self.get()
 

@@ -17,7 +17,7 @@ import orjson
 from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound, ServiceError
 from bloom.domain.models import TaskEvent
-from bloom.domain.states import TERMINAL
+from bloom.domain.states import TERMINAL, TaskStatus
 from bloom.runtime.services.fencing import live_lease
 from bloom.runtime.services.signals import EventSignal, QueueSignal, wait_for_any
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -74,7 +74,7 @@ class Keepalive:
 class End:
     """Every event was sent and the task has ended (or the reader asked not to follow)."""
 
-    status: str | None
+    status: TaskStatus | None
 
 
 class EventService:
@@ -136,7 +136,7 @@ class EventService:
         async with self.db.read() as tx:
             return await tx.events.after(task_id, seq, limit)
 
-    async def status(self, task_id: str) -> str:
+    async def status(self, task_id: str) -> TaskStatus:
         """The task's status; NotFound when there is no such task."""
         async with self.db.read() as tx:
             status = await tx.tasks.status(task_id)

@@ -7,8 +7,9 @@ can never take the same task, and no worker is ever given more than `max_concurr
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound, Unavailable
 from bloom.domain.ids import new_id
@@ -47,6 +48,11 @@ def _load(worker: Worker, active: int) -> WorkerLoad:
         last_heartbeat=worker.last_heartbeat,
         paused_until=worker.paused_until,
     )
+
+
+async def _counted(tx: Repositories, worker: Worker) -> Worker:
+    """The worker with `active_leases` counted from its live leases."""
+    return replace(worker, active_leases=await tx.leases.count_active_for_worker(worker.id))
 
 
 class LeaseService:
@@ -89,8 +95,7 @@ class LeaseService:
                 raise Conflict("Task status changed while leasing; expected 'queued'")
             await self._record_grant(tx, lease, now, actor="router")
         self.signal.changed()  # the worker's waiting claim picks the new lease up
-        worker.active_leases += 1
-        return lease, worker
+        return lease, replace(worker, active_leases=worker.active_leases + 1)
 
     async def _reserve_slot(
         self, tx: Repositories, task: Task, worker_id: str | None, now: int
@@ -98,10 +103,10 @@ class LeaseService:
         """Lock and return a worker with a free slot for `task`, not paused at `now`, or raise
         Unavailable."""
         if worker_id is not None:
-            worker = await tx.workers.lock(worker_id)
-            if worker is None:
+            locked = await tx.workers.lock(worker_id)
+            if locked is None:
                 raise Unavailable(NO_WORKER)
-            worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+            worker = await _counted(tx, locked)
             load = _load(worker, worker.active_leases)
             if not load.is_candidate:
                 raise Unavailable(f"Worker '{worker_id}' is not online with a free slot")
@@ -112,9 +117,9 @@ class LeaseService:
         loads = {w.id: _load(w, counts.get(w.id, 0)) for w in await tx.workers.find()}
         sticky = await tx.leases.latest_worker_for_context(task.context_id)
         while (choice := pick_worker(loads.values(), sticky, now)) is not None:
-            worker = await tx.workers.lock(choice.id)
-            if worker is not None:
-                worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+            locked = await tx.workers.lock(choice.id)
+            if locked is not None:
+                worker = await _counted(tx, locked)
                 if _load(worker, worker.active_leases).available(now):
                     return worker
             del loads[choice.id]  # filled up (or vanished) since we looked: try the next
@@ -124,13 +129,14 @@ class LeaseService:
     async def _record_grant(tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
         await tx.leases.insert(lease)
         await tx.audit.add(
-            now,
-            "task_leased",
-            "lease",
-            lease.id,
-            actor,
-            f"Task {lease.task_id} leased to worker {lease.worker_id}, TTL {lease.ttl_seconds}s",
-            task_id=lease.task_id,
+            lease_audit(
+                AuditAction.TASK_LEASED,
+                lease,
+                now=now,
+                actor=actor,
+                detail=f"Task {lease.task_id} leased to worker {lease.worker_id}, "
+                f"TTL {lease.ttl_seconds}s",
+            )
         )
 
     async def claim(

@@ -8,6 +8,7 @@ import httpx
 import orjson
 
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
+from bloom.domain.audit import AuditAction, config_audit, project_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway
 from bloom.runtime.services.config import ConfigService
@@ -45,12 +46,12 @@ class MembridgeService:
         await self.config.record_connection(True)
         async with self.db.write() as tx:
             await tx.audit.add(
-                self.clock(),
-                "connection_test",
-                "runtime_config",
-                "singleton",
-                actor,
-                f"Connection OK: {orjson.dumps(health).decode()}",
+                config_audit(
+                    AuditAction.CONNECTION_TEST,
+                    now=self.clock(),
+                    actor=actor,
+                    detail=f"Connection OK: {orjson.dumps(health).decode()}",
+                )
             )
         return {"connected": True, "health": health}
 
@@ -82,13 +83,14 @@ class MembridgeService:
         if 200 <= forwarded.status < 300:
             async with self.db.write() as tx:
                 await tx.audit.add(
-                    self.clock(),
-                    "leadership_promote",
-                    "membridge_project",
-                    canonical_id,
-                    actor,
-                    f"Promoted primary to {body.get('primary_node_id') or 'unknown'} "
-                    f"for project {canonical_id}",
+                    project_audit(
+                        AuditAction.LEADERSHIP_PROMOTE,
+                        canonical_id,
+                        now=self.clock(),
+                        actor=actor,
+                        detail=f"Promoted primary to {body.get('primary_node_id') or 'unknown'} "
+                        f"for project {canonical_id}",
+                    )
                 )
         return forwarded
 

@@ -1,5 +1,6 @@
 """Reaping lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
 
+from bloom.domain.audit import AuditAction, lease_audit, task_audit, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
@@ -9,9 +10,9 @@ from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 REAPER_LOCK_KEY = 0x626C6F6F6D01  # one reaper pass at a time across replicas
 LOST_LEASE_ACTIONS = {
-    TaskStatus.QUEUED: "task_requeued",
-    TaskStatus.DEAD: "task_dead",
-    TaskStatus.CANCELLED: "task_cancelled",
+    TaskStatus.QUEUED: AuditAction.TASK_REQUEUED,
+    TaskStatus.DEAD: AuditAction.TASK_DEAD,
+    TaskStatus.CANCELLED: AuditAction.TASK_CANCELLED,
 }
 
 
@@ -36,13 +37,14 @@ async def release_task_of_lost_lease(
     )
     if updated is not None:
         await tx.audit.add(
-            now,
-            LOST_LEASE_ACTIONS[next_status],
-            "llm_task",
-            task.id,
-            actor,
-            f"{reason} (worker {lease.worker_id}, attempt {task.attempts}/{task.max_attempts})",
-            task_id=task.id,
+            task_audit(
+                LOST_LEASE_ACTIONS[next_status],
+                task.id,
+                now=now,
+                actor=actor,
+                detail=f"{reason} (worker {lease.worker_id}, "
+                f"attempt {task.attempts}/{task.max_attempts})",
+            )
         )
     return updated
 
@@ -70,13 +72,13 @@ class LeaseReaper:
                     continue
                 lapsed.append(lease)
                 await tx.audit.add(
-                    now,
-                    "lease_expired",
-                    "lease",
-                    lease.id,
-                    "reaper",
-                    f"Lease of task {lease.task_id} on worker {lease.worker_id} expired",
-                    task_id=lease.task_id,
+                    lease_audit(
+                        AuditAction.LEASE_EXPIRED,
+                        lease,
+                        now=now,
+                        actor="reaper",
+                        detail=f"Lease of task {lease.task_id} on worker {lease.worker_id} expired",
+                    )
                 )
                 await release_task_of_lost_lease(
                     tx, lease, now, actor="reaper", reason="Lease expired"
@@ -95,12 +97,14 @@ class LeaseReaper:
             for lease in sorted(lapsed, key=lambda lease: lease.worker_id):  # one lock order
                 if await tx.workers.mark_gone(lease.worker_id, lease.last_heartbeat):
                     await tx.audit.add(
-                        now,
-                        "worker_offline",
-                        "worker",
-                        lease.worker_id,
-                        "reaper",
-                        f"Worker {lease.worker_id} silent since its lease {lease.id} lapsed",
+                        worker_audit(
+                            AuditAction.WORKER_OFFLINE,
+                            lease.worker_id,
+                            now=now,
+                            actor="reaper",
+                            detail=f"Worker {lease.worker_id} silent since its lease {lease.id} "
+                            "lapsed",
+                        )
                     )
 
     async def next_expiry(self) -> int | None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
@@ -80,13 +81,13 @@ class TaskService:
                 assert known is not None
                 return known, False
             await tx.audit.add(
-                now,
-                "task_created",
-                "llm_task",
-                task.id,
-                actor,
-                f"Task for agent {task.agent_slug}, context {task.context_id}",
-                task_id=task.id,
+                task_audit(
+                    AuditAction.TASK_CREATED,
+                    task.id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
+                )
             )
         self.signal.changed()
         return task, True
@@ -133,7 +134,7 @@ class TaskService:
                         from_statuses=[TaskStatus.QUEUED],
                         values={"status": TaskStatus.CANCELLED, "updated_at": now},
                     )
-                    action, detail = "task_cancelled", "Cancelled while queued"
+                    action, detail = AuditAction.TASK_CANCELLED, "Cancelled while queued"
                 else:
                     updated = await tx.tasks.transition(
                         task_id,
@@ -141,11 +142,11 @@ class TaskService:
                         lease_id=task.lease_id,
                         values={"cancel_requested": True, "updated_at": now},
                     )
-                    action = "task_cancel_requested"
+                    action = AuditAction.TASK_CANCEL_REQUESTED
                     detail = f"Cancel requested while {task.status} on worker {task.worker_id}"
                 if updated is not None:
                     await tx.audit.add(
-                        now, action, "llm_task", task_id, actor, detail, task_id=task_id
+                        task_audit(action, task_id, now=now, actor=actor, detail=detail)
                     )
                     return updated
         raise Conflict("Task changed state repeatedly while cancelling; try again")
@@ -174,13 +175,13 @@ class TaskService:
             if updated is None:
                 raise Conflict(f"Cannot requeue task with status '{task.status}'")
             await tx.audit.add(
-                now,
-                "task_requeued",
-                "llm_task",
-                task_id,
-                actor,
-                f"Requeued from {task.status}",
-                task_id=task_id,
+                task_audit(
+                    AuditAction.TASK_REQUEUED,
+                    task_id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Requeued from {task.status}",
+                )
             )
         self.signal.changed()
         return updated

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
+from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.fleet import Agent, gone_quiet, parse_agent
 from bloom.domain.models import Worker
@@ -85,13 +86,15 @@ class WorkerSync:
                 if await tx.workers.insert_new(_discovered(agent, now)):
                     outcome.discovered.append(agent.id)
                     await tx.audit.add(
-                        now,
-                        "worker_discovered",
-                        "worker",
-                        agent.id,
-                        ACTOR,
-                        f"Worker {agent.id} listed by Membridge, status={agent.status}, "
-                        f"max_concurrency={agent.capabilities['max_concurrency']}",
+                        worker_audit(
+                            AuditAction.WORKER_DISCOVERED,
+                            agent.id,
+                            now=now,
+                            actor=ACTOR,
+                            detail=f"Worker {agent.id} listed by Membridge, "
+                            f"status={agent.status}, "
+                            f"max_concurrency={agent.capabilities['max_concurrency']}",
+                        )
                     )
                 else:
                     await tx.workers.apply_agent(agent, now)
@@ -100,12 +103,13 @@ class WorkerSync:
                 if await tx.workers.mark_quiet(worker.id, cutoff):
                     outcome.offline.append(worker.id)
                     await tx.audit.add(
-                        now,
-                        "worker_offline",
-                        "worker",
-                        worker.id,
-                        ACTOR,
-                        f"Worker {worker.id} unheard of for {self.live_ms // 1000}s",
+                        worker_audit(
+                            AuditAction.WORKER_OFFLINE,
+                            worker.id,
+                            now=now,
+                            actor=ACTOR,
+                            detail=f"Worker {worker.id} unheard of for {self.live_ms // 1000}s",
+                        )
                     )
         return outcome
 

@@ -1,8 +1,9 @@
 """The worker registry: register (upsert), list with live load, detail, remove."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound
 from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
@@ -18,7 +19,7 @@ class Registration:
 
     name: str
     url: str | None = None
-    status: str = WorkerStatus.ONLINE
+    status: WorkerStatus = WorkerStatus.ONLINE
     capabilities: dict[str, Any] | None = None
     ip_addrs: list[str] | None = None
     agent_version: str | None = None
@@ -39,7 +40,7 @@ class WorkerService:
         without capabilities no longer resets them), and agent metadata is kept, not dropped.
         """
         now = self.clock()
-        given = {
+        given: dict[str, Any] = {
             key: value
             for key, value in {
                 "url": reg.url,
@@ -68,8 +69,7 @@ class WorkerService:
                 os_info="",
                 install_method="manual",
             )
-            for key, value in given.items():
-                setattr(fresh, key, value)
+            fresh = replace(fresh, **given)
             created = await tx.workers.insert_new(fresh)
             worker = fresh
             if not created:
@@ -78,15 +78,18 @@ class WorkerService:
                 )
                 assert updated is not None, "the row exists: the insert just collided with it"
                 worker = updated
-            worker.active_leases = await tx.leases.count_active_for_worker(worker.id)
+            worker = replace(
+                worker, active_leases=await tx.leases.count_active_for_worker(worker.id)
+            )
             await tx.audit.add(
-                now,
-                "worker_registered" if created else "worker_updated",
-                "worker",
-                worker.id,
-                actor,
-                f"Worker {worker.id} registered, status={worker.status}, "
-                f"max_concurrency={worker.max_concurrency}",
+                worker_audit(
+                    AuditAction.WORKER_REGISTERED if created else AuditAction.WORKER_UPDATED,
+                    worker.id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Worker {worker.id} registered, status={worker.status}, "
+                    f"max_concurrency={worker.max_concurrency}",
+                )
             )
         self.signal.changed()
         return worker, created
@@ -96,9 +99,7 @@ class WorkerService:
         async with self.db.read() as tx:
             found = await tx.workers.find()
             counts = await tx.leases.active_counts()
-        for worker in found:
-            worker.active_leases = counts.get(worker.id, 0)
-        return found
+        return [replace(worker, active_leases=counts.get(worker.id, 0)) for worker in found]
 
     async def get(self, worker_id: str) -> tuple[Worker, list[Lease]]:
         """A worker and its active leases."""
@@ -107,8 +108,7 @@ class WorkerService:
             if worker is None:
                 raise NotFound("Worker not found")
             active = await tx.leases.list_active_for_worker(worker_id)
-        worker.active_leases = len(active)
-        return worker, active
+        return replace(worker, active_leases=len(active)), active
 
     async def remove(self, worker_id: str, actor: str = "admin") -> None:
         """Unregister a worker. Its active leases end now and their tasks go back to the queue,
@@ -124,11 +124,12 @@ class WorkerService:
                 )
             await tx.workers.delete(worker_id)
             await tx.audit.add(
-                now,
-                "worker_removed",
-                "worker",
-                worker_id,
-                actor,
-                f"Worker {worker_id} unregistered",
+                worker_audit(
+                    AuditAction.WORKER_REMOVED,
+                    worker_id,
+                    now=now,
+                    actor=actor,
+                    detail=f"Worker {worker_id} unregistered",
+                )
             )
         self.signal.changed()

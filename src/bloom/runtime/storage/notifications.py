@@ -47,8 +47,10 @@ class QueuePublisher:
             await asyncio.sleep(self._coalesce_sec)
             self._requested = False
             try:
-                async with self._db.session(write=False) as session:  # autocommit: 1 round trip
-                    await session.execute(_NOTIFY)
+                async with self._db.connection(
+                    write=False
+                ) as connection:  # autocommit: 1 round trip
+                    await connection.execute(_NOTIFY)
             except Exception as exc:  # waiters elsewhere fall back to their recheck
                 log.warning("queue_notify_failed", error=str(exc))
 
@@ -73,9 +75,9 @@ class EventsPublisher:
             await asyncio.sleep(self._coalesce_sec)
             task_ids, self._pending = self._pending, set()
             try:
-                async with self._db.session(write=False) as session:
+                async with self._db.connection(write=False) as connection:
                     for payload in payloads(sorted(task_ids)):
-                        await session.execute(_NOTIFY_EVENTS, {"b_payload": payload})
+                        await connection.execute(_NOTIFY_EVENTS, {"b_payload": payload})
             except Exception as exc:  # followers elsewhere fall back to their recheck
                 log.warning("events_notify_failed", error=str(exc))
 

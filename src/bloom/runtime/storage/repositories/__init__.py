@@ -1,11 +1,11 @@
-"""Repositories: typed SQL over one session; a service gets them all in one transaction."""
+"""Repositories: typed SQL over one connection; a service gets them all in one transaction."""
 
 from functools import cached_property
 
 from sqlalchemy import bindparam, func, select
 
 from bloom.db.database import Database
-from bloom.db.executor import Session
+from bloom.db.executor import Connection
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
@@ -22,62 +22,62 @@ _TRY_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("b_key")).label("loc
 
 
 class Repositories:
-    """Every repository, sharing one session (and so one transaction)."""
+    """Every repository, sharing one connection (and so one transaction)."""
 
-    def __init__(self, session: Session):
-        self.session = session
-        self.kind = session.kind
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.kind = connection.kind
 
     @cached_property
     def tasks(self) -> TaskRepository:
-        return TaskRepository(self.session)
+        return TaskRepository(self.connection)
 
     @cached_property
     def leases(self) -> LeaseRepository:
-        return LeaseRepository(self.session)
+        return LeaseRepository(self.connection)
 
     @cached_property
     def workers(self) -> WorkerRepository:
-        return WorkerRepository(self.session)
+        return WorkerRepository(self.connection)
 
     @cached_property
     def artifacts(self) -> ArtifactRepository:
-        return ArtifactRepository(self.session)
+        return ArtifactRepository(self.connection)
 
     @cached_property
     def results(self) -> ResultRepository:
-        return ResultRepository(self.session)
+        return ResultRepository(self.connection)
 
     @cached_property
     def audit(self) -> AuditRepository:
-        return AuditRepository(self.session)
+        return AuditRepository(self.connection)
 
     @cached_property
     def events(self) -> EventRepository:
-        return EventRepository(self.session)
+        return EventRepository(self.connection)
 
     @cached_property
     def api_keys(self) -> ApiKeyRepository:
-        return ApiKeyRepository(self.session)
+        return ApiKeyRepository(self.connection)
 
     @cached_property
     def users(self) -> UserRepository:
-        return UserRepository(self.session)
+        return UserRepository(self.connection)
 
     @cached_property
     def settings(self) -> SettingsRepository:
-        return SettingsRepository(self.session)
+        return SettingsRepository(self.connection)
 
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has
         a single writer already."""
         if self.kind != "postgresql":
             return True
-        rows = await self.session.execute(_TRY_LOCK, {"b_key": key})
+        rows = await self.connection.execute(_TRY_LOCK, {"b_key": key})
         return bool(rows[0]["locked"])
 
 
 RuntimeDatabase = Database[Repositories]
-"""The runtime's database: its sessions come with the runtime's repositories."""
+"""The runtime's database: its connections come with the runtime's repositories."""
 
 __all__ = ["Repositories", "RuntimeDatabase"]

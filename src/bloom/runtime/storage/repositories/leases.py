@@ -4,9 +4,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import BigInteger, String, bindparam, func, insert, select, update
 
-from bloom.db.repository import Repository, entity_columns, entity_values, is_state
+from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.models import Lease, Task
-from bloom.domain.states import LeaseStatus
+from bloom.domain.states import LeaseStatus, TaskStatus
 from bloom.runtime.storage.tables import leases, llm_tasks
 
 LEASE_COLUMNS = entity_columns(leases, Lease)
@@ -122,7 +122,7 @@ class Renewal:
     """A renewed lease, with its task's state as of the renewal."""
 
     lease: Lease
-    task_status: str
+    task_status: TaskStatus
     cancel_requested: bool
 
 
@@ -164,8 +164,8 @@ class LeaseRepository(Repository):
         lease_values = {
             key[7:]: values.pop(key) for key in list(values) if key.startswith("lease__")
         }
-        lease = Lease(**lease_values) if lease_values["id"] is not None else None
-        return Task(**values), lease
+        lease = to_entity(Lease, lease_values) if lease_values["id"] is not None else None
+        return to_entity(Task, values), lease
 
     async def deliver_assigned(self, worker_id: str, now: int) -> Lease | None:
         """Mark the oldest lease granted to `worker_id` but not yet handed to it as delivered."""
@@ -179,9 +179,9 @@ class LeaseRepository(Repository):
         if not rows:
             return None
         values = dict(rows[0])
-        task_status = values.pop("task_status")
+        task_status = TaskStatus(values.pop("task_status"))
         cancel_requested = bool(values.pop("task_cancel_requested"))
-        return Renewal(Lease(**values), task_status, cancel_requested)
+        return Renewal(to_entity(Lease, values), task_status, cancel_requested)
 
     async def end(self, lease_id: str, status: LeaseStatus, now: int) -> Lease | None:
         """Compare-and-set a live (active, not overdue) lease to `status`; None if it was not."""

@@ -4,7 +4,6 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.repository import Repository, entity_columns, entity_values
-from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, AuditEntry, Result
 from bloom.runtime.storage.tables import (
     audit_logs,
@@ -116,30 +115,8 @@ class ResultRepository(Repository):
 
 
 class AuditRepository(Repository):
-    async def add(
-        self,
-        now: int,
-        action: str,
-        entity_type: str,
-        entity_id: str,
-        actor: str,
-        detail: str,
-        *,
-        task_id: str | None = None,
-    ) -> None:
-        await self.run(
-            _AUDIT_INSERT,
-            {
-                "id": new_id(now),
-                "timestamp": now,
-                "action": action,
-                "entity_type": entity_type,
-                "entity_id": entity_id,
-                "actor": actor,
-                "detail": detail,
-                "task_id": task_id,
-            },
-        )
+    async def add(self, entry: AuditEntry) -> None:
+        await self.run(_AUDIT_INSERT, entity_values(entry, AUDIT_COLUMNS))
 
     async def find(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
         if task_id is None:

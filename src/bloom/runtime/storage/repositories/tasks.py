@@ -12,6 +12,7 @@ from bloom.db.repository import (
     entity_columns,
     entity_values,
     is_state,
+    to_entity,
 )
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
@@ -82,8 +83,8 @@ def _claim_statement() -> Any:
     """Lease the best queued task a worker may take.
 
     Order: priority, then age. A task whose context was last held by another worker is left to
-    that worker (its Claude session lives there) while it is online, live and has a free slot, for
-    at most the sticky wait; after that, or when it cannot take it, anyone may.
+    that worker (its Claude conversation lives there) while it is online, live and has a free
+    slot, for at most the sticky wait; after that, or when it cannot take it, anyone may.
     """
     held = leases.alias("held")
     owner = workers.alias("owner")
@@ -158,9 +159,9 @@ class TaskRepository(Repository):
         (PostgreSQL; SQLite has one writer already); False when it is not (or does not exist)."""
         return bool(await self.run(_LOCK_IN_FLIGHT, {"b_id": task_id}))
 
-    async def status(self, task_id: str) -> str | None:
-        status: str | None = await self.scalar(_STATUS, {"b_id": task_id})
-        return status
+    async def status(self, task_id: str) -> TaskStatus | None:
+        status = await self.scalar(_STATUS, {"b_id": task_id})
+        return None if status is None else TaskStatus(status)
 
     async def get_by_idempotency_key(self, key: str) -> tuple[Task, str | None] | None:
         rows = await self.run(_BY_KEY, {"b_key": key})
@@ -168,7 +169,7 @@ class TaskRepository(Repository):
             return None
         values = dict(rows[0])
         request_hash = values.pop("request_hash")
-        return Task(**values), request_hash
+        return to_entity(Task, values), request_hash
 
     async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
         params = {"b_limit": limit, "b_offset": offset}

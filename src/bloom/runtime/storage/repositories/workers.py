@@ -6,7 +6,7 @@ from sqlalchemy import BigInteger, bindparam, case, delete, exists, func, or_, s
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.columns import JSONType
-from bloom.db.repository import Repository, entity_columns, entity_values, is_state
+from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
 from bloom.runtime.storage.tables import leases, workers
@@ -117,7 +117,7 @@ class WorkerRepository(Repository):
             return None
         values = dict(rows[0])
         has_assigned = bool(values.pop("has_assigned"))
-        return Worker(**values), has_assigned
+        return to_entity(Worker, values), has_assigned
 
     async def find(self) -> list[Worker]:
         return await self.all(Worker, _LIST, {})

@@ -1,8 +1,8 @@
-"""Browser login: the login page, logging in and out, and who the current session is.
+"""Browser login: the login page, logging in and out, and who the caller is.
 
 The login form is protected from cross-site posting by a double-submit token (a random value in
-both a cookie and the form); a session's own CSRF token protects logout and every other
-state-changing request made with the session cookie.
+both a cookie and the form); a login's own CSRF token protects logout and every other
+state-changing request made with the login cookie.
 """
 
 import html
@@ -17,18 +17,18 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from bloom.domain.identity import Kind
 from bloom.runtime.api.deps import Caller, Credentials
 from bloom.runtime.http import JSON, error
-from bloom.runtime.sessions import (
+from bloom.runtime.login import (
     COOKIE,
     LIFETIME_SEC,
     LOGIN_CSRF_COOKIE,
-    Session,
-    SessionCodec,
+    Login,
+    LoginCodec,
     password_stamp,
 )
-from bloom.runtime.sessions import csrf_matches as token_matches
+from bloom.runtime.login import csrf_matches as token_matches
 from bloom.web.client_address import client_scheme
 
-router = APIRouter(tags=["session"])
+router = APIRouter(tags=["session"])  # the OpenAPI tag, as published
 MAX_FORM_BYTES = 8 * 1024
 
 PAGE = """<!doctype html>
@@ -45,8 +45,8 @@ required></label></p>
 </form></main></body></html>"""
 
 
-def _codec(request: Request) -> SessionCodec:
-    codec: SessionCodec = request.app.state.sessions
+def _codec(request: Request) -> LoginCodec:
+    codec: LoginCodec = request.app.state.logins
     return codec
 
 
@@ -117,10 +117,10 @@ async def login(request: Request, credentials: Credentials) -> Response:
 
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request) -> Response:
-    session: Session | None = getattr(request.state, "session", None)
+    held: Login | None = getattr(request.state, "login", None)
     form = await _form(request) or {}
     presented = request.headers.get("x-csrf-token") or form.get("csrf_token")
-    if session is not None and not token_matches(session.csrf, presented):
+    if held is not None and not token_matches(held.csrf, presented):
         return error(403, "Forbidden: CSRF token missing or wrong")
     done = RedirectResponse("/login", status_code=303)
     done.delete_cookie(COOKIE, path="/")
@@ -129,13 +129,13 @@ async def logout(request: Request) -> Response:
 
 @router.get("/api/runtime/session", summary="Who the caller is; a session's CSRF token")
 async def current(request: Request, caller: Caller) -> JSON:
-    session: Session | None = getattr(request.state, "session", None)
+    held: Login | None = getattr(request.state, "login", None)
     return JSON(
         {
             "authenticated": caller.role is not None and caller.kind is not Kind.ANONYMOUS,
             "kind": caller.kind,
             "role": caller.role,
             "worker_id": caller.worker_id,
-            "csrf_token": session.csrf if session else None,
+            "csrf_token": held.csrf if held else None,
         }
     )

@@ -1,4 +1,5 @@
-"""Browser sessions: a signed cookie naming the user, with the CSRF token of the session.
+"""Logins: the signed cookie a browser holds once its user has logged in, with the CSRF token of
+that login.
 
 The cookie is `<payload>.<signature>`, both base64url: the payload is JSON `{"u": user id,
 "s": password stamp, "c": CSRF token, "e": expiry (epoch s)}`, the signature an HMAC-SHA256 of
@@ -24,10 +25,10 @@ LIFETIME_SEC = 12 * 3600
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
+class Login:
     user_id: str
     stamp: str
-    """Of the user's password hash when the session began: a new password ends old sessions."""
+    """Of the user's password hash when they logged in: a new password ends older logins."""
     csrf: str
     expires: int
 
@@ -44,34 +45,32 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class SessionCodec:
+class LoginCodec:
     def __init__(self, secret: bytes):
-        self._key = derive(secret, "session")
+        self._key = derive(secret, "session")  # the derivation's label: cookies issued stay valid
 
     def _sign(self, payload: str) -> str:
         raw = payload.encode("utf-8", "surrogatepass")
         return _b64(hmac.new(self._key, raw, hashlib.sha256).digest())
 
-    def issue(self, user_id: str, stamp: str, now_sec: int) -> tuple[str, Session]:
-        session = Session(user_id, stamp, secrets.token_urlsafe(24), now_sec + LIFETIME_SEC)
-        body = json.dumps(
-            {"u": session.user_id, "s": stamp, "c": session.csrf, "e": session.expires}
-        )
+    def issue(self, user_id: str, stamp: str, now_sec: int) -> tuple[str, Login]:
+        login = Login(user_id, stamp, secrets.token_urlsafe(24), now_sec + LIFETIME_SEC)
+        body = json.dumps({"u": login.user_id, "s": stamp, "c": login.csrf, "e": login.expires})
         payload = _b64(body.encode())
-        return f"{payload}.{self._sign(payload)}", session
+        return f"{payload}.{self._sign(payload)}", login
 
-    def read(self, cookie: str, now_sec: int) -> Session | None:
-        """The session the cookie holds, if it is ours, intact and not expired."""
+    def read(self, cookie: str, now_sec: int) -> Login | None:
+        """The login the cookie holds, if it is ours, intact and not expired."""
         payload, _, signature = cookie.partition(".")
         presented = signature.encode("utf-8", "surrogatepass")
         if not signature or not hmac.compare_digest(presented, self._sign(payload).encode()):
             return None
         try:
             data = json.loads(_unb64(payload))
-            session = Session(str(data["u"]), str(data["s"]), str(data["c"]), int(data["e"]))
+            login = Login(str(data["u"]), str(data["s"]), str(data["c"]), int(data["e"]))
         except (ValueError, KeyError, TypeError):
             return None
-        return session if session.expires > now_sec else None
+        return login if login.expires > now_sec else None
 
 
 def csrf_matches(expected: str, presented: str | None) -> bool:

@@ -1,0 +1,93 @@
+"""The audit trail's words: what happened (`AuditAction`, stored and shown as its text) and one
+builder per kind of thing it happened to, so an entry names its subject the same way everywhere."""
+
+from enum import StrEnum
+
+from bloom.domain.ids import new_id
+from bloom.domain.models import AuditEntry, Lease
+
+
+class AuditAction(StrEnum):
+    TASK_CREATED = "task_created"
+    TASK_LEASED = "task_leased"
+    TASK_RUNNING = "task_running"
+    TASK_COMPLETED = "task_completed"
+    TASK_RETRY_SCHEDULED = "task_retry_scheduled"
+    TASK_FAILED = "task_failed"
+    TASK_DEAD = "task_dead"
+    TASK_CANCELLED = "task_cancelled"
+    TASK_CANCEL_REQUESTED = "task_cancel_requested"
+    TASK_REQUEUED = "task_requeued"
+    LEASE_EXPIRED = "lease_expired"
+    WORKER_REGISTERED = "worker_registered"
+    WORKER_UPDATED = "worker_updated"
+    WORKER_REMOVED = "worker_removed"
+    WORKER_DISCOVERED = "worker_discovered"
+    WORKER_OFFLINE = "worker_offline"
+    WORKER_PAUSED = "worker_paused"
+    CONFIG_UPDATED = "config_updated"
+    CONNECTION_TEST = "connection_test"
+    LEADERSHIP_PROMOTE = "leadership_promote"
+
+
+def _entry(
+    action: AuditAction,
+    entity_type: str,
+    entity_id: str,
+    *,
+    now: int,
+    actor: str,
+    detail: str,
+    task_id: str | None = None,
+) -> AuditEntry:
+    return AuditEntry(
+        id=new_id(now),
+        timestamp=now,
+        action=action,
+        entity_type=entity_type,
+        entity_id=entity_id,
+        actor=actor,
+        detail=detail,
+        task_id=task_id,
+    )
+
+
+def task_audit(
+    action: AuditAction, task_id: str, *, now: int, actor: str, detail: str
+) -> AuditEntry:
+    """Something that happened to a task."""
+    return _entry(action, "llm_task", task_id, now=now, actor=actor, detail=detail, task_id=task_id)
+
+
+def lease_audit(
+    action: AuditAction, lease: Lease, *, now: int, actor: str, detail: str
+) -> AuditEntry:
+    """Something that happened to a lease (listed with its task's entries too)."""
+    return _entry(
+        action, "lease", lease.id, now=now, actor=actor, detail=detail, task_id=lease.task_id
+    )
+
+
+def worker_audit(
+    action: AuditAction,
+    worker_id: str,
+    *,
+    now: int,
+    actor: str,
+    detail: str,
+    task_id: str | None = None,
+) -> AuditEntry:
+    """Something that happened to a worker; `task_id` when a task's attempt caused it."""
+    return _entry(action, "worker", worker_id, now=now, actor=actor, detail=detail, task_id=task_id)
+
+
+def config_audit(action: AuditAction, *, now: int, actor: str, detail: str) -> AuditEntry:
+    """Something that happened to the runtime's one settings row (the Membridge connection)."""
+    return _entry(action, "runtime_config", "singleton", now=now, actor=actor, detail=detail)
+
+
+def project_audit(
+    action: AuditAction, canonical_id: str, *, now: int, actor: str, detail: str
+) -> AuditEntry:
+    """Something done to a Membridge project through the runtime's proxy."""
+    return _entry(action, "membridge_project", canonical_id, now=now, actor=actor, detail=detail)

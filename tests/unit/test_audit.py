@@ -1,0 +1,28 @@
+from bloom.domain.audit import AuditAction, lease_audit, task_audit, worker_audit
+from bloom.domain.models import Lease
+from bloom.domain.states import LeaseStatus
+
+
+def test_an_entry_about_a_task_is_listed_with_the_task() -> None:
+    entry = task_audit(AuditAction.TASK_CREATED, "t1", now=5, actor="admin", detail="made")
+    assert (entry.action, entry.entity_type, entry.entity_id, entry.task_id) == (
+        "task_created",
+        "llm_task",
+        "t1",
+        "t1",
+    )
+    assert (entry.timestamp, entry.actor, entry.detail) == (5, "admin", "made")
+
+
+def test_an_entry_about_a_lease_names_the_lease_and_its_task() -> None:
+    lease = Lease("l1", "t1", "w1", 1, 2, 300, LeaseStatus.EXPIRED, 1, None)
+    entry = lease_audit(AuditAction.LEASE_EXPIRED, lease, now=5, actor="reaper", detail="")
+    assert (entry.entity_type, entry.entity_id, entry.task_id) == ("lease", "l1", "t1")
+
+
+def test_an_entry_about_a_worker_names_a_task_only_when_one_caused_it() -> None:
+    quiet = worker_audit(AuditAction.WORKER_OFFLINE, "w1", now=5, actor="reaper", detail="")
+    paused = worker_audit(
+        AuditAction.WORKER_PAUSED, "w1", now=5, actor="w1", detail="", task_id="t1"
+    )
+    assert (quiet.entity_type, quiet.task_id, paused.task_id) == ("worker", None, "t1")
