@@ -7,7 +7,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
@@ -17,7 +19,7 @@ from bloom.runtime.access import route_table
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container
 from bloom.runtime.storage.tables import llm_tasks, workers
-from tests.support.api import API, create_task, register_worker, success
+from tests.support.api import API, create_task, failure, register_worker, success
 from tests.support.clock import FakeClock
 from tests.support.databases import make_settings
 from tests.support.db import DatabaseProbe
@@ -142,3 +144,50 @@ async def test_membridge_metrics(membridge_db_url: str, tmp_path: Path) -> None:
     async with serving(create_membridge(public), "http://membridge") as http:
         assert (await http.get("/metrics")).status_code == 200
         assert (await http.get("/agents")).status_code == 401
+
+
+async def test_outcomes_waits_claims_and_expiries_are_counted(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    def read() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return samples(generate_latest().decode())
+
+    before = read()
+    await register_worker(client, "w1", slots=3)
+    done, lost, retried = [await create_task(client, context_id=f"c{i}") for i in range(3)]
+    clock.advance(2)  # they wait 2 s in the queue
+    grants = [
+        (await client.post(f"{API}/workers/w1/claim", json={"wait_seconds": 0})).json()
+        for _ in range(3)
+    ]
+    assert (
+        await client.post(f"{API}/workers/w1/claim", json={"wait_seconds": 0})
+    ).status_code == 204
+    lease_of = {grant["task"]["id"]: grant["lease"]["id"] for grant in grants}
+    clock.advance(3)  # each attempt runs 3 s
+    for task, body in ((done, success()), (retried, failure())):
+        answer = await client.post(
+            f"{API}/llm-tasks/{task['id']}/complete",
+            json=body | {"lease_id": lease_of[task["id"]], "worker_id": "w1"},
+        )
+        assert answer.status_code == 200, answer.text
+    clock.advance(600)  # the third's lease lapses
+    container: Container = client.app.state.container  # type: ignore[attr-defined]
+    assert await container.reaper.reap_once() == 1
+    after = read()
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert delta("bloom_task_outcomes_total", status="completed") == 1
+    assert delta("bloom_task_outcomes_total", status="queued") == 1  # a retry
+    assert delta("bloom_task_queue_wait_seconds_count") == 3
+    assert delta("bloom_task_queue_wait_seconds_sum") == pytest.approx(6)
+    assert delta("bloom_task_run_seconds_count") == 2
+    assert delta("bloom_task_run_seconds_sum") == pytest.approx(6)
+    assert delta("bloom_claim_seconds_count", result="granted") == 3
+    assert delta("bloom_claim_seconds_count", result="empty") == 1
+    assert delta("bloom_leases_expired_total") == 1
+    assert delta("bloom_reaper_actions_total", action="requeued") == 1
+    assert lost["id"] in lease_of

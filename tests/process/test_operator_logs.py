@@ -1,5 +1,6 @@
 """What an operator reads at INFO: requests that change something, not routine polling (a health
-probe, an empty long-poll claim, a heartbeat, a scrape), which go to DEBUG."""
+probe, an empty long-poll claim, a heartbeat, a scrape), which go to DEBUG; and one line per state
+change, with its ids."""
 
 import json
 from pathlib import Path
@@ -55,6 +56,20 @@ def test_routine_requests_are_debug(tmp_path: Path, level: str) -> None:
         ("info", "POST", f"{RT}/workers", 201),
         ("info", "POST", f"{RT}/llm-tasks", 201),
         ("info", "POST", f"{RT}/workers/w1/claim", 200),
+    ]
+    changes = [
+        (line["event"], line["id"])
+        for line in map(
+            json.loads, filter(lambda text: text.startswith("{"), runtime.log().splitlines())
+        )
+        if line.get("logger") == "bloom.audit" and line["level"] == "info"
+    ]
+    lease_id = lease["lease_id"]
+    assert changes == [
+        ("worker_registered", "w1"),
+        ("task_created", task["id"]),
+        ("task_leased", lease_id),
+        ("task_running", task["id"]),
     ]
     debug = {(method, path.rsplit("/", 1)[-1]) for lvl, method, path, _ in seen if lvl == "debug"}
     routine = {("GET", "health"), ("POST", "workers"), ("POST", "claim"), ("POST", "heartbeat")}

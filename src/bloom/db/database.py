@@ -100,9 +100,11 @@ class Database(Generic[R]):
         *,
         pool_size: int = 10,
         sqlite_synchronous: str = "NORMAL",
+        committed: Callable[[R], None] | None = None,
     ):
         self.target = target
         self._repositories = repositories
+        self._committed = committed
         self.kind = target.kind
         self.planner = Planner(target.kind)
         self._pool_size = pool_size
@@ -178,9 +180,13 @@ class Database(Generic[R]):
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[R]:
-        """Every repository, in one read-write transaction."""
+        """Every repository, in one read-write transaction; once it has committed, the
+        `committed` hook sees them (to log what changed, say)."""
         async with self.connection(write=True) as connection:
-            yield self._repositories(connection)
+            repositories = self._repositories(connection)
+            yield repositories
+        if self._committed is not None:
+            self._committed(repositories)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[R]:

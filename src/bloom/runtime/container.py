@@ -24,6 +24,7 @@ from bloom.runtime.services.metrics import MetricsService
 from bloom.runtime.services.reaping import LeaseReaper
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
+from bloom.runtime.services.state_log import log_state_changes
 from bloom.runtime.services.tasks import TaskService
 from bloom.runtime.services.worker_sync import WorkerSync
 from bloom.runtime.services.workers import WorkerService
@@ -117,6 +118,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         Repositories,
         pool_size=settings.db_pool_size,
         sqlite_synchronous=settings.sqlite_synchronous,
+        committed=log_state_changes,
     )
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)

@@ -17,6 +17,7 @@ from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
+from bloom.runtime.services import metrics
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -175,6 +176,7 @@ class AttemptService:
                     )
                 )
         self.signal.changed()
+        metrics.attempt_ended(finished.status, lease, now)
         return Completed(finished, artifact, result, replayed=False)
 
     async def _store(self, output: str) -> StoredContent:

@@ -16,6 +16,7 @@ from bloom.domain.ids import new_id
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
+from bloom.runtime.services import metrics
 from bloom.runtime.services.signals import QueueSignal, wait_for_signal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -93,7 +94,7 @@ class LeaseService:
             )
             if leased is None:
                 raise Conflict("Task status changed while leasing; expected 'queued'")
-            await self._record_grant(tx, lease, now, actor="router")
+            await self._record_grant(tx, task, lease, now, actor="router")
         self.signal.changed()  # the worker's waiting claim picks the new lease up
         return lease, replace(worker, active_leases=worker.active_leases + 1)
 
@@ -126,8 +127,11 @@ class LeaseService:
         raise Unavailable(NO_WORKER)
 
     @staticmethod
-    async def _record_grant(tx: Repositories, lease: Lease, now: int, *, actor: str) -> None:
+    async def _record_grant(
+        tx: Repositories, task: Task, lease: Lease, now: int, *, actor: str
+    ) -> None:
         await tx.leases.insert(lease)
+        metrics.granted(task, now)
         await tx.audit.add(
             lease_audit(
                 AuditAction.TASK_LEASED,
@@ -153,16 +157,19 @@ class LeaseService:
         goes to a closed connection)."""
         if wait_sec is None:
             wait_sec = self.settings.claim_wait_sec
-        deadline = time.monotonic() + wait_sec
+        started = time.monotonic()
+        deadline = started + wait_sec
         first = True
         while True:
             waiter = self.signal.waiter()
             claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
             first = False
             if claimed is not None:
+                metrics.claim_answered(True, time.monotonic() - started)
                 return claimed
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (gone is not None and await gone()):
+                metrics.claim_answered(False, time.monotonic() - started)
                 return None
             await wait_for_signal(waiter, min(remaining, self.settings.claim_recheck_sec))
             if gone is not None and await gone():
@@ -218,5 +225,5 @@ class LeaseService:
                 context_id=task.context_id,
                 claimed_at=now,
             )
-            await self._record_grant(tx, lease, now, actor=worker_id)
+            await self._record_grant(tx, task, lease, now, actor=worker_id)
             return Claimed(lease, task)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Histogram
 
 from bloom.domain.clock import Clock
+from bloom.domain.models import Lease, Task
 from bloom.domain.states import TaskStatus, WorkerStatus
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
@@ -41,6 +42,31 @@ CLAIM_SECONDS = Histogram(
     ["result"],
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 30, 60, 120),
 )
+
+
+def granted(task: Task, now: int) -> None:
+    """A lease was made for `task` (pushed or claimed): how long it waited in the queue."""
+    if task.queued_at is not None:
+        QUEUE_WAIT.observe(max(now - task.queued_at, 0) / 1000)
+
+
+def claim_answered(granted: bool, seconds: float) -> None:
+    CLAIM_SECONDS.labels("granted" if granted else "empty").observe(seconds)
+
+
+def attempt_ended(next_status: TaskStatus, lease: Lease, now: int) -> None:
+    """A complete was committed: the task's next status, and the attempt's run time."""
+    TASK_OUTCOMES.labels(str(next_status)).inc()
+    RUN_TIME.observe(max(now - lease.started_at, 0) / 1000)
+
+
+def lease_reaped(next_status: TaskStatus | None) -> None:
+    """The reaper expired a lease; its task went to `next_status` (None: it had moved on)."""
+    LEASES_EXPIRED.inc()
+    if next_status is not None:
+        REAPER_ACTIONS.labels(
+            "requeued" if next_status == TaskStatus.QUEUED else str(next_status)
+        ).inc()
 
 
 @dataclass(frozen=True, slots=True)

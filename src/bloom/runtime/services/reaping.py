@@ -5,6 +5,7 @@ from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
 from bloom.domain.states import IN_FLIGHT, TaskStatus
+from bloom.runtime.services import metrics
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -63,6 +64,7 @@ class LeaseReaper:
         """Expire up to one batch of overdue leases; returns how many expired."""
         now = self.clock()
         lapsed: list[Lease] = []
+        outcomes: list[TaskStatus | None] = []
         async with self.db.write() as tx:
             if not await tx.try_singleton_lock(REAPER_LOCK_KEY):
                 return 0
@@ -80,9 +82,12 @@ class LeaseReaper:
                         detail=f"Lease of task {lease.task_id} on worker {lease.worker_id} expired",
                     )
                 )
-                await release_task_of_lost_lease(
+                released = await release_task_of_lost_lease(
                     tx, lease, now, actor="reaper", reason="Lease expired"
                 )
+                outcomes.append(released.status if released is not None else None)
+        for outcome in outcomes:
+            metrics.lease_reaped(outcome)
         if lapsed:
             await self._mark_silent_workers(lapsed, now)
             self.signal.changed()

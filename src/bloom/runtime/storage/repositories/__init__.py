@@ -6,6 +6,7 @@ from sqlalchemy import bindparam, func, select
 
 from bloom.db.database import Database
 from bloom.db.executor import Connection
+from bloom.domain.models import AuditEntry
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
@@ -67,6 +68,12 @@ class Repositories:
     @cached_property
     def settings(self) -> SettingsRepository:
         return SettingsRepository(self.connection)
+
+    @property
+    def audited(self) -> list[AuditEntry]:
+        """The audit entries this transaction wrote (none if it wrote none)."""
+        audit = self.__dict__.get("audit")
+        return audit.added if isinstance(audit, AuditRepository) else []
 
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has

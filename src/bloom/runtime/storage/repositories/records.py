@@ -3,6 +3,7 @@
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from bloom.db.executor import Connection
 from bloom.db.repository import Repository, entity_columns, entity_values
 from bloom.domain.models import Artifact, AuditEntry, Result
 from bloom.runtime.storage.tables import (
@@ -115,8 +116,14 @@ class ResultRepository(Repository):
 
 
 class AuditRepository(Repository):
+    def __init__(self, connection: Connection):
+        super().__init__(connection)
+        self.added: list[AuditEntry] = []
+        """What this transaction wrote, for its `committed` hook."""
+
     async def add(self, entry: AuditEntry) -> None:
         await self.run(_AUDIT_INSERT, entity_values(entry, AUDIT_COLUMNS))
+        self.added.append(entry)
 
     async def find(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
         if task_id is None:
