@@ -24,7 +24,12 @@ class Stack:
     worker gets a worker key of its own, made with `bloom key create`."""
 
     def __init__(
-        self, database_url: str, data_dir: Path, claude: Path, admin_key: str | None = None
+        self,
+        database_url: str,
+        data_dir: Path,
+        claude: Path,
+        admin_key: str | None = None,
+        **runtime_env: str,
     ):
         self.data_dir = data_dir
         self.claude = claude
@@ -42,6 +47,7 @@ class Stack:
             BLOOM_RETRY_BASE_SEC="0.5",
             BLOOM_WORKER_SYNC_SEC="1",
             **secured,
+            **runtime_env,
         )
         self.workers: dict[str, WorkerProcess] = {}
         self.headers = {"X-Runtime-API-Key": admin_key} if admin_key else {}
