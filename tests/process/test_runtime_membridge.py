@@ -46,6 +46,7 @@ def runtime(
         BLOOM_WORKER_LIVE_SEC=str(LIVE_SEC),
         BLOOM_MEMBRIDGE_RETRIES="1",
         BLOOM_ACCESS_LOG="true",
+        BLOOM_LOG_LEVEL="debug",  # every line, routine ones too, is searched for secrets
     )
     process.start()
     yield process
