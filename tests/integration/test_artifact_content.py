@@ -19,7 +19,7 @@ from tests.support.s3 import Bucket, TcpProxy
 TEXT = "héllo\n" + "".join(chr(0x41 + i % 26) for i in range(200_000))  # multi-byte, ~200 kB
 
 
-@pytest.fixture(params=["db", "fs", "s3"])
+@pytest.fixture(params=["db", "fs", pytest.param("s3", marks=pytest.mark.s3)])
 def store_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -1,31 +1,36 @@
-"""An S3 bucket over aiobotocore: streamed puts (multipart beyond one part), ranged streamed gets,
-and two errors a caller can act on: the object is missing, or the store cannot serve now.
+"""An S3 bucket: conditional puts (multipart beyond one part, aborted on a wrong digest), ranged
+streamed gets, user metadata; and the two errors a caller can act on: the object is missing, or
+the store cannot serve now.
 
-The client is made on first use and kept; botocore reconnects by itself after an outage. Path-style
-addressing and checksums only when required, as S3-compatible servers (MinIO, moto) expect.
+Objects go through obstore (Rust: a put costs the event loop about a quarter of what botocore's
+does, measured in docs/decisions.md), the bucket's creation through aiobotocore, loaded only for
+that. Path-style addressing, as S3-compatible servers (MinIO, moto) expect.
 """
 
 import asyncio
-import contextlib
 import hashlib
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
-from botocore.exceptions import BotoCoreError, ClientError
+import obstore
+from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
+from obstore.store import S3Store
 
 from bloom.objects.settings import ObjectStoreSettings
 
 if TYPE_CHECKING:
-    from types_aiobotocore_s3 import S3Client
+    from obstore import Attributes
 
 PART_SIZE = 8 * 1024 * 1024
 """Content up to this size goes in one PutObject; beyond it, in multipart parts of this size."""
 READ_CHUNK = 256 * 1024
-MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
+MISSING = (NotFoundError, FileNotFoundError)
+"""obstore raises either for a missing object (or bucket)."""
+FAILED = (BaseError, OSError)
+"""Anything else obstore raises: its own errors, and the builtins it maps some to (timeouts,
+refused connections, permissions)."""
 
 
 class ObjectStoreUnavailable(Exception):
@@ -49,7 +54,7 @@ class PutResult:
 
 
 class S3Bucket:
-    """One bucket of an S3-compatible service."""
+    """One bucket of an S3-compatible service (and, for reading, others of the same service)."""
 
     def __init__(self, settings: ObjectStoreSettings, *, part_size: int = PART_SIZE):
         self.endpoint = settings.s3_endpoint_url
@@ -57,81 +62,45 @@ class S3Bucket:
         self.region = settings.s3_region
         self.part_size = part_size
         self._settings = settings
-        self._client: S3Client | None = None
-        self._exit = contextlib.AsyncExitStack()
-        self._lock = asyncio.Lock()
+        self._stores: dict[str, S3Store] = {}
         self._bucket_ready = False
+        self._creating = asyncio.Lock()
 
-    async def _s3(self) -> "S3Client":
-        async with self._lock:
-            if self._client is None:
-                timeout = self._settings.s3_timeout_sec
-                config = AioConfig(
-                    s3={"addressing_style": "path"},
-                    connect_timeout=timeout,
-                    read_timeout=timeout,
-                    retries={"max_attempts": 2, "mode": "standard"},
-                    request_checksum_calculation="when_required",
-                    response_checksum_validation="when_required",
-                    max_pool_connections=50,
-                )
-                self._client = await self._exit.enter_async_context(
-                    get_session().create_client(
-                        "s3",
-                        endpoint_url=self.endpoint,
-                        region_name=self.region,
-                        aws_access_key_id=self._settings.s3_access_key.get_secret_value(),
-                        aws_secret_access_key=self._settings.s3_secret_key.get_secret_value(),
-                        config=config,
-                    )
-                )
-            return self._client
+    def _store(self, bucket: str | None = None) -> S3Store:
+        name = bucket or self.bucket
+        if name not in self._stores:
+            timeout = timedelta(seconds=self._settings.s3_timeout_sec)
+            self._stores[name] = S3Store(
+                name,
+                endpoint=self.endpoint,
+                region=self.region,
+                access_key_id=self._settings.s3_access_key.get_secret_value(),
+                secret_access_key=self._settings.s3_secret_key.get_secret_value(),
+                virtual_hosted_style_request=False,
+                client_options={
+                    "allow_http": True,
+                    "connect_timeout": timeout,
+                    "timeout": timeout,
+                },
+                retry_config={"max_retries": 1, "retry_timeout": timeout * 2},
+            )
+        return self._stores[name]
 
     async def close(self) -> None:
-        await self._exit.aclose()
-        self._client = None
+        self._stores.clear()  # obstore's connection pools go with their stores
 
-    @contextlib.asynccontextmanager
-    async def _translated(self, what: str) -> AsyncIterator[None]:
-        """botocore's and aiohttp's errors as this module's two."""
-        try:
-            yield
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in MISSING_CODES or status == 404:
-                raise ObjectMissing(f"{what}: not found") from None
-            raise ObjectStoreUnavailable(
-                f"object store {self.endpoint} refused {what}: {code or status}"
-            ) from None
-        except (BotoCoreError, aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise ObjectStoreUnavailable(
-                f"object store {self.endpoint} unreachable ({what}): {type(exc).__name__}"
-            ) from None
+    def _unavailable(self, what: str, exc: BaseException) -> ObjectStoreUnavailable:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return ObjectStoreUnavailable(f"object store {self.endpoint} failed ({what}): {reason}")
 
     async def ensure_bucket(self) -> None:
         """Create the bucket when it is missing; a no-op once it was seen."""
         if self._bucket_ready:
             return
-        s3 = await self._s3()
-        try:
-            async with self._translated(f"bucket {self.bucket}"):
-                await s3.head_bucket(Bucket=self.bucket)
-        except ObjectMissing:
-            async with self._translated(f"creating bucket {self.bucket}"):
-                try:
-                    if self.region == "us-east-1":
-                        await s3.create_bucket(Bucket=self.bucket)
-                    else:
-                        await s3.create_bucket(
-                            Bucket=self.bucket,
-                            CreateBucketConfiguration={"LocationConstraint": self.region},  # type: ignore[typeddict-item]
-                        )
-                except ClientError as exc:  # another process made it first
-                    if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
-                        raise
-        self._bucket_ready = True
+        async with self._creating:
+            if not self._bucket_ready:
+                await _create_bucket(self._settings, self.endpoint, self.bucket, self.region)
+                self._bucket_ready = True
 
     async def exists(self, key: str) -> bool:
         try:
@@ -142,10 +111,13 @@ class S3Bucket:
 
     async def metadata(self, key: str) -> dict[str, str]:
         """The user metadata stored with `key` (`x-amz-meta-*`); `ObjectMissing` if none."""
-        s3 = await self._s3()
-        async with self._translated(key):
-            head = await s3.head_object(Bucket=self.bucket, Key=key)
-        return dict(head.get("Metadata", {}))
+        try:
+            head = await obstore.get_async(self._store(), key, options={"head": True})
+        except MISSING:
+            raise ObjectMissing(f"{key}: not found") from None
+        except FAILED as exc:
+            raise self._unavailable(f"head {key}", exc) from None
+        return {str(name).lower(): str(value) for name, value in head.attributes.items()}
 
     async def put(
         self,
@@ -161,132 +133,175 @@ class S3Bucket:
         content that does not match is not stored (`DigestMismatch`). With `if_absent`, an
         object already under `key` is kept as it is (content-addressed keys: the same bytes)."""
         await self.ensure_bucket()
-        s3 = await self._s3()
-        digest = hashlib.sha256()
-        buffer = bytearray()
-        size = 0
-        upload: dict[str, Any] | None = None
-        parts: list[dict[str, Any]] = []
-        present = False  # a large object found already stored: the rest is only hashed
-        try:
-            async for chunk in chunks:
+        attributes: Attributes = {"Content-Type": content_type, **(metadata or {})}
+        stream = aiter(chunks)
+        first = bytearray()
+        async for chunk in stream:
+            first += chunk
+            if len(first) > self.part_size:
+                break
+        else:  # it all fits in one part
+            sha256 = _checked(hashlib.sha256(first).hexdigest(), expected_sha256, key)
+            created = await self._put_once(key, bytes(first), attributes, if_absent)
+            return PutResult(sha256, len(first), created)
+        if if_absent and await self.exists(key):
+            digest, size = hashlib.sha256(first), len(first)
+            async for chunk in stream:  # kept as it is: only hashed
                 digest.update(chunk)
                 size += len(chunk)
-                if present:
-                    continue
-                buffer += chunk
-                if len(buffer) >= self.part_size:
-                    if upload is None and if_absent and await self.exists(key):
-                        present, buffer = True, bytearray()
-                        continue
-                    upload = upload or await self._start_multipart(
-                        s3, key, content_type, metadata or {}
-                    )
-                    parts.append(await self._upload_part(s3, key, upload, len(parts) + 1, buffer))
-                    buffer = bytearray()
-            sha256 = digest.hexdigest()
-            if expected_sha256 is not None and sha256 != expected_sha256:
-                raise DigestMismatch(f"{key}: content hashes to {sha256}, not {expected_sha256}")
-            if present:
-                return PutResult(sha256, size, created=False)
-            if upload is None:
-                created = await self._put_object(
-                    s3, key, bytes(buffer), content_type, if_absent, metadata or {}
-                )
-                return PutResult(sha256, size, created)
-            if buffer:
-                parts.append(await self._upload_part(s3, key, upload, len(parts) + 1, buffer))
-            async with self._translated(f"complete upload of {key}"):
-                await s3.complete_multipart_upload(
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=upload["UploadId"],
-                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
-                )
-            upload = None
-            return PutResult(sha256, size)
-        finally:
-            if upload is not None:  # failed half-way: leave no parts behind
-                with contextlib.suppress(Exception):
-                    await s3.abort_multipart_upload(
-                        Bucket=self.bucket, Key=key, UploadId=upload["UploadId"]
-                    )
+            return PutResult(_checked(digest.hexdigest(), expected_sha256, key), size, False)
+        hashed = _Hashed(first, stream, expected_sha256)
+        try:
+            await obstore.put_async(
+                self._store(),
+                key,
+                hashed,
+                attributes=attributes,
+                use_multipart=True,
+                chunk_size=self.part_size,
+                max_concurrency=2,
+            )
+        except DigestMismatch:  # raised by the stream at its end: the upload was aborted
+            raise
+        except FAILED as exc:
+            raise self._unavailable(f"upload of {key}", exc) from None
+        return PutResult(hashed.sha256, hashed.size)
 
-    async def _put_object(
-        self,
-        s3: "S3Client",
-        key: str,
-        data: bytes,
-        content_type: str,
-        if_absent: bool,
-        metadata: dict[str, str],
+    async def _put_once(
+        self, key: str, data: bytes, attributes: "Attributes", if_absent: bool
     ) -> bool:
         """One PutObject; with `if_absent`, conditional (`If-None-Match: *`, one round trip).
         Whether it created the object."""
-        condition = {"IfNoneMatch": "*"} if if_absent else {}
         try:
-            async with self._translated(f"put {key}"):
-                try:
-                    await s3.put_object(
-                        Bucket=self.bucket,
-                        Key=key,
-                        Body=data,
-                        ContentType=content_type,
-                        Metadata=metadata,
-                        **condition,  # type: ignore[arg-type]
-                    )
-                except ClientError as exc:
-                    if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
-                        raise
-                    return False
-        except ObjectMissing:  # the bucket went away under us: make it again, once
+            await obstore.put_async(
+                self._store(),
+                key,
+                data,
+                attributes=attributes,
+                mode="create" if if_absent else "overwrite",
+                use_multipart=False,
+            )
+        except AlreadyExistsError:
+            return False
+        except MISSING:  # the bucket went away under us: make it again, once
             self._bucket_ready = False
             await self.ensure_bucket()
-            return await self._put_object(s3, key, data, content_type, if_absent, metadata)
+            return await self._put_once(key, data, attributes, if_absent)
+        except FAILED as exc:
+            raise self._unavailable(f"put {key}", exc) from None
         return True
-
-    async def _start_multipart(
-        self, s3: "S3Client", key: str, content_type: str, metadata: dict[str, str]
-    ) -> dict[str, Any]:
-        async with self._translated(f"start upload of {key}"):
-            return dict(
-                await s3.create_multipart_upload(
-                    Bucket=self.bucket, Key=key, ContentType=content_type, Metadata=metadata
-                )
-            )
-
-    async def _upload_part(
-        self, s3: "S3Client", key: str, upload: dict[str, Any], number: int, data: bytearray
-    ) -> dict[str, Any]:
-        async with self._translated(f"upload part {number} of {key}"):
-            part = await s3.upload_part(
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload["UploadId"],
-                PartNumber=number,
-                Body=bytes(data),
-            )
-        return {"ETag": part["ETag"], "PartNumber": number}
 
     async def get(
         self, key: str, first: int = 0, last: int | None = None, *, bucket: str | None = None
     ) -> AsyncIterator[bytes]:
         """The bytes `first`..`last` (inclusive; `None`: to the end) of `key`, streamed. The
         request is made here, so a missing object or an outage is raised before any byte."""
-        s3 = await self._s3()
-        ranged = {"Range": f"bytes={first}-{'' if last is None else last}"}
-        async with self._translated(f"get {key}"):
-            response = await s3.get_object(
-                Bucket=bucket or self.bucket,
-                Key=key,
-                **(ranged if first or last is not None else {}),  # type: ignore[arg-type]
-            )
-        return _drain(response["Body"])
+        options: dict[str, Any] = {}
+        if last is not None:
+            options["range"] = (first, last + 1)
+        elif first:
+            options["range"] = {"offset": first}
+        try:
+            result = await obstore.get_async(self._store(bucket), key, options=options)  # type: ignore[arg-type]
+        except MISSING:
+            raise ObjectMissing(f"{key}: not found") from None
+        except FAILED as exc:
+            raise self._unavailable(f"get {key}", exc) from None
+        return self._drain(result.stream(min_chunk_size=READ_CHUNK), key)
+
+    async def _drain(self, stream: AsyncIterable[Any], key: str) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in stream:
+                yield bytes(chunk)
+        except FAILED as exc:
+            raise self._unavailable(f"read of {key}", exc) from None
 
 
-async def _drain(body: Any) -> AsyncIterator[bytes]:
+class _Hashed:
+    """A stream's bytes (after a first part already read), hashed on the way; at its end, when
+    the digest is not the expected one, it raises instead of ending, so the upload is aborted."""
+
+    def __init__(self, first: bytearray, rest: AsyncIterator[bytes], expected: str | None):
+        self._first: bytes | None = bytes(first)
+        self._rest = rest
+        self._expected = expected
+        self._digest = hashlib.sha256(first)
+        self.size = len(first)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def __aiter__(self) -> "_Hashed":
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        try:
+            chunk = await anext(self._rest)
+        except StopAsyncIteration:
+            _checked(self.sha256, self._expected, "streamed content")
+            raise
+        self._digest.update(chunk)
+        self.size += len(chunk)
+        return chunk
+
+
+def _checked(sha256: str, expected: str | None, key: str) -> str:
+    if expected is not None and sha256 != expected:
+        raise DigestMismatch(f"{key}: content hashes to {sha256}, not {expected}")
+    return sha256
+
+
+async def _create_bucket(
+    settings: ObjectStoreSettings, endpoint: str, bucket: str, region: str
+) -> None:
+    """HeadBucket, and CreateBucket when it is missing (aiobotocore: a cold path, once)."""
+    from aiobotocore.config import AioConfig
+    from aiobotocore.session import get_session
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    timeout = settings.s3_timeout_sec
+    config = AioConfig(
+        s3={"addressing_style": "path"},
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        retries={"max_attempts": 2, "mode": "standard"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
     try:
-        async for chunk in body.iter_chunks(READ_CHUNK):
-            yield chunk
-    finally:
-        body.close()
+        async with get_session().create_client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=region,
+            aws_access_key_id=settings.s3_access_key.get_secret_value(),
+            aws_secret_access_key=settings.s3_secret_key.get_secret_value(),
+            config=config,
+        ) as s3:
+            try:
+                await s3.head_bucket(Bucket=bucket)
+                return
+            except ClientError as exc:
+                if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
+                    raise
+            where = {} if region == "us-east-1" else {"LocationConstraint": region}
+            try:
+                if where:
+                    await s3.create_bucket(Bucket=bucket, CreateBucketConfiguration=where)  # type: ignore[arg-type]
+                else:
+                    await s3.create_bucket(Bucket=bucket)
+            except ClientError as exc:  # another process made it first
+                if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+                    raise
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        raise ObjectStoreUnavailable(
+            f"object store {endpoint} refused bucket {bucket}: {code}"
+        ) from None
+    except (BotoCoreError, OSError, TimeoutError) as exc:
+        raise ObjectStoreUnavailable(
+            f"object store {endpoint} unreachable (bucket {bucket}): {type(exc).__name__}"
+        ) from None
