@@ -3,14 +3,10 @@ crash between an object's upload and the checkpoint, two exporters racing, and r
 entries younger than the settle time left for later."""
 
 import asyncio
-import gzip
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from botocore.session import get_session
 
 from bloom.objects.s3 import S3Bucket
 from bloom.runtime.container import Container, build_container
@@ -19,29 +15,9 @@ from bloom.runtime.services.tasks import NewTask
 from bloom.runtime.storage.repositories.records import SettingsRepository
 from tests.support.clock import FakeClock
 from tests.support.databases import make_settings
-from tests.support.s3 import ACCESS_KEY, SECRET_KEY, Bucket
+from tests.support.s3 import Bucket
 
 SETTLE_SEC = 60
-
-
-def exported(bucket: Bucket) -> list[dict[str, Any]]:
-    """Every entry in the bucket's audit objects, read with plain botocore, in key order."""
-    s3: Any = get_session().create_client(
-        "s3",
-        endpoint_url=bucket.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-    try:
-        listing = s3.list_objects_v2(Bucket=bucket.name, Prefix="audit/runtime/")
-    except s3.exceptions.NoSuchBucket:
-        return []
-    entries = []
-    for item in sorted(listing.get("Contents", []), key=lambda item: item["Key"]):
-        body = s3.get_object(Bucket=bucket.name, Key=item["Key"])["Body"].read()
-        entries += [json.loads(line) for line in gzip.decompress(body).splitlines()]
-    return entries
 
 
 @pytest.fixture
@@ -80,16 +56,16 @@ async def test_entries_go_out_once_in_objects_of_the_configured_size(
 ) -> None:
     ids = await write_entries(container, 7)
     nothing_settled = await exporter(container).export_pending()
-    assert (nothing_settled.rows, exported(s3_bucket)) == (0, [])
+    assert (nothing_settled.rows, s3_bucket.audit_entries()) == (0, [])
 
     clock.advance(SETTLE_SEC + 1)
     report = await exporter(container).export_pending()
     assert (report.objects, report.rows) == (3, 7)  # 3 + 3 + 1
-    assert [entry["id"] for entry in exported(s3_bucket)] == ids
-    assert set(exported(s3_bucket)[0]) >= {"id", "timestamp", "action", "actor", "detail"}
+    assert [entry["id"] for entry in s3_bucket.audit_entries()] == ids
+    assert set(s3_bucket.audit_entries()[0]) >= {"id", "timestamp", "action", "actor", "detail"}
     again = await exporter(container).export_pending()
     assert again.rows == 0
-    assert [entry["id"] for entry in exported(s3_bucket)] == ids
+    assert [entry["id"] for entry in s3_bucket.audit_entries()] == ids
 
 
 async def test_a_crash_between_upload_and_checkpoint_exports_nothing_twice(
@@ -105,12 +81,12 @@ async def test_a_crash_between_upload_and_checkpoint_exports_nothing_twice(
         patched.setattr(SettingsRepository, "advance", crash)
         with pytest.raises(ConnectionResetError):
             await exporter(container).export_pending()
-    assert [entry["id"] for entry in exported(s3_bucket)] == first
+    assert [entry["id"] for entry in s3_bucket.audit_entries()] == first
 
     everything = await write_entries(container, 5)  # more, so the next batch reaches further
     clock.advance(SETTLE_SEC + 1)
     report = await exporter(container).export_pending()
-    ids = [entry["id"] for entry in exported(s3_bucket)]
+    ids = [entry["id"] for entry in s3_bucket.audit_entries()]
     assert ids == everything
     assert len(ids) == len(set(ids)) == 7
     assert report.rows == 7  # the adopted object's 2, then 3 and 2
@@ -128,7 +104,7 @@ async def test_two_exporters_racing_export_each_entry_once(
         await asyncio.gather(exporter(container).export_pending(), rival.export_pending())
     finally:
         await rival.bucket.close()
-    assert [entry["id"] for entry in exported(s3_bucket)] == ids
+    assert [entry["id"] for entry in s3_bucket.audit_entries()] == ids
 
 
 async def test_retention_prunes_only_exported_entries(
@@ -143,4 +119,4 @@ async def test_retention_prunes_only_exported_entries(
     assert (report.rows, report.pruned) == (2, 6)
     async with container.db.read() as tx:
         assert await tx.audit.find(limit=100) == []
-    assert len(exported(s3_bucket)) == 6
+    assert len(s3_bucket.audit_entries()) == 6

@@ -8,14 +8,13 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from botocore.session import get_session
 
 from bloom.artifacts import ContentMissing, DigestMismatch, StoreUnavailable
 from bloom.artifacts.s3 import S3Store, object_key
 from bloom.objects.s3 import S3Bucket
 from bloom.objects.settings import ObjectStoreSettings
 from tests.support.net import closed_port
-from tests.support.s3 import ACCESS_KEY, SECRET_KEY, Bucket
+from tests.support.s3 import Bucket
 
 MIB = 1024 * 1024
 PART = 5 * MIB  # S3's smallest part
@@ -24,19 +23,6 @@ PART = 5 * MIB  # S3's smallest part
 def store_for(bucket: Bucket, part_size: int = PART, **settings: object) -> S3Store:
     values = bucket.settings() | {"s3_timeout_sec": 2.0} | settings
     return S3Store(S3Bucket(ObjectStoreSettings(**values), part_size=part_size))  # type: ignore[arg-type]
-
-
-def keys_in(bucket: Bucket) -> list[str]:
-    """The bucket's keys, read with plain botocore (not the code under test)."""
-    s3 = get_session().create_client(
-        "s3",
-        endpoint_url=bucket.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
-    listing = s3.list_objects_v2(Bucket=bucket.name)  # type: ignore[attr-defined]
-    return sorted(item["Key"] for item in listing.get("Contents", []))
 
 
 async def read_all(store: S3Store, sha256: str, url: str | None, first: int, last: int) -> bytes:
@@ -64,7 +50,7 @@ async def test_put_makes_the_bucket_and_writes_content_once(
     assert first == again
     assert (first.storage, first.content, first.sha256, first.size_bytes) == ("s3", None, sha, 19)
     assert first.url == f"s3://{s3_bucket.name}/{object_key(sha)}"
-    assert keys_in(s3_bucket) == [object_key(sha)]
+    assert s3_bucket.keys() == [object_key(sha)]
     assert await read_all(store, sha, first.url, 0, 18) == b"hello, object store"
 
 
@@ -81,7 +67,7 @@ async def test_multipart_content_reads_back_byte_exact_in_ranges(
     )
     again = await store.put_stream(chunks_of(data), sha)  # found present: only hashed
     assert again == stored
-    assert keys_in(s3_bucket) == [object_key(sha)]
+    assert s3_bucket.keys() == [object_key(sha)]
 
 
 async def test_content_that_does_not_match_its_digest_is_not_stored(
@@ -92,7 +78,7 @@ async def test_content_that_does_not_match_its_digest_is_not_stored(
         await store.put_stream(chunks_of(b"small content"), small_wrong)
     with pytest.raises(DigestMismatch):  # multipart: the upload is aborted, not completed
         await store.put_stream(chunks_of(os.urandom(6 * MIB)), small_wrong)
-    assert keys_in(s3_bucket) == []
+    assert s3_bucket.keys() == []
 
 
 async def test_missing_content_is_reported_as_missing(store: S3Store) -> None:

@@ -5,8 +5,6 @@ The kill lands in that window for certain: the test holds SQLite's write lock, s
 reads its entries and uploads them, then waits for the lock to write its checkpoint, and is
 killed there."""
 
-import gzip
-import json
 import os
 import signal
 import sqlite3
@@ -14,48 +12,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import httpx
-from botocore.session import get_session
-
-from tests.support.s3 import ACCESS_KEY, SECRET_KEY, Bucket
-from tests.support.server import RuntimeProcess
-
-
-def s3_client(bucket: Bucket) -> Any:
-    return get_session().create_client(
-        "s3",
-        endpoint_url=bucket.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=ACCESS_KEY,
-        aws_secret_access_key=SECRET_KEY,
-    )
+from tests.support.s3 import Bucket
+from tests.support.server import queue_tasks
 
 
 def exported_ids(bucket: Bucket) -> list[str]:
-    s3 = s3_client(bucket)
-    try:
-        listing = s3.list_objects_v2(Bucket=bucket.name, Prefix="audit/")
-    except s3.exceptions.NoSuchBucket:
-        return []
-    ids = []
-    for item in sorted(listing.get("Contents", []), key=lambda item: item["Key"]):
-        body = s3.get_object(Bucket=bucket.name, Key=item["Key"])["Body"].read()
-        ids += [json.loads(line)["id"] for line in gzip.decompress(body).splitlines()]
-    return ids
+    return [entry["id"] for entry in bucket.audit_entries()]
 
 
 def test_kill_9_between_upload_and_checkpoint(tmp_path: Path, s3_bucket: Bucket) -> None:
     database = tmp_path / "runtime.db"
-    runtime = RuntimeProcess(f"sqlite:///{database}", tmp_path)
-    runtime.start()
-    try:
-        body = {"context_id": "c", "agent_slug": "a", "prompt": "p"}
-        for _ in range(5):
-            assert httpx.post(f"{runtime.url}/api/runtime/llm-tasks", json=body).status_code == 201
-    finally:
-        runtime.stop()
+    queue_tasks(f"sqlite:///{database}", tmp_path, 5)
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("BLOOM_", "MINIO_", "DATABASE"))
     } | s3_bucket.env(

@@ -12,7 +12,7 @@ import httpx
 from tests.support.databases import NO_MEMBRIDGE
 from tests.support.net import closed_port
 from tests.support.s3 import Bucket
-from tests.support.server import RuntimeProcess
+from tests.support.server import RuntimeProcess, queue_tasks
 
 
 def bloom(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -74,14 +74,7 @@ def test_a_degraded_start_serves_and_refuses_completes(tmp_path):
 
 
 def test_bloom_audit_export_on_demand(tmp_path, s3_bucket: Bucket):
-    runtime = RuntimeProcess(f"sqlite:///{tmp_path}/runtime.db", tmp_path)
-    runtime.start()
-    try:
-        body = {"context_id": "c", "agent_slug": "a", "prompt": "p"}
-        for _ in range(3):
-            assert httpx.post(f"{runtime.url}/api/runtime/llm-tasks", json=body).status_code == 201
-    finally:
-        runtime.stop()
+    queue_tasks(f"sqlite:///{tmp_path}/runtime.db", tmp_path, 3)
     env = s3_bucket.env(
         DATABASE_URL=f"sqlite:///{tmp_path}/runtime.db",
         BLOOM_DATA_DIR=str(tmp_path),

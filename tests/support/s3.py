@@ -3,6 +3,8 @@ of it whose connection can be cut and restored, to play an object-store outage."
 
 import asyncio
 import contextlib
+import gzip
+import json
 import subprocess
 import sys
 import threading
@@ -10,8 +12,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+from botocore.session import get_session
 
 from tests.support.net import free_port
 
@@ -35,6 +39,33 @@ class Bucket:
             "MINIO_REGION": "us-east-1",
             **extra,
         }
+
+    def client(self) -> Any:
+        """A plain botocore client of the endpoint: to read what the code under test wrote."""
+        return get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """The bucket's keys under `prefix`, sorted; none while the bucket does not exist."""
+        s3 = self.client()
+        try:
+            listing = s3.list_objects_v2(Bucket=self.name, Prefix=prefix)
+        except s3.exceptions.NoSuchBucket:
+            return []
+        return sorted(item["Key"] for item in listing.get("Contents", []))
+
+    def audit_entries(self) -> list[dict[str, Any]]:
+        """Every entry of the audit export's objects, in key order."""
+        s3, entries = self.client(), []
+        for key in self.keys("audit/"):
+            body = s3.get_object(Bucket=self.name, Key=key)["Body"].read()
+            entries += [json.loads(line) for line in gzip.decompress(body).splitlines()]
+        return entries
 
     def settings(self) -> dict[str, object]:
         """The same, as settings overrides."""

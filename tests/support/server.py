@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import httpx
+
 from tests.support.net import closed_port
 from tests.support.process import ServerProcess
 
@@ -39,3 +41,16 @@ class RuntimeProcess(ServerProcess):
         if "RUNTIME_API_KEY" not in self.extra_env:
             env.pop("RUNTIME_API_KEY", None)
         return env
+
+
+def queue_tasks(database_url: str, data_dir: Path, count: int) -> None:
+    """`count` tasks created through a runtime process on `database_url`, then stopped."""
+    runtime = RuntimeProcess(database_url, data_dir)
+    runtime.start()
+    try:
+        body = {"context_id": "c", "agent_slug": "a", "prompt": "p"}
+        for _ in range(count):
+            created = httpx.post(f"{runtime.url}/api/runtime/llm-tasks", json=body)
+            assert created.status_code == 201, created.text
+    finally:
+        runtime.stop()
