@@ -12,7 +12,7 @@ from bloom.artifacts.store import (
     digest,
     one_chunk,
 )
-from bloom.objects import s3
+from bloom.objects import errors, s3
 
 KEY_PREFIX = "artifacts/sha256"
 
@@ -41,9 +41,9 @@ class S3Store:
                 expected_sha256=sha256,
                 if_absent=True,
             )
-        except s3.ObjectStoreUnavailable as exc:
+        except errors.ObjectStoreUnavailable as exc:
             raise StoreUnavailable(str(exc)) from None
-        except s3.DigestMismatch as exc:
+        except errors.DigestMismatch as exc:
             raise DigestMismatch(str(exc)) from None
         return StoredContent(
             "s3", f"s3://{self.bucket.bucket}/{key}", None, put.sha256, put.size_bytes
@@ -58,9 +58,9 @@ class S3Store:
             bucket, key = parts.netloc, parts.path.lstrip("/")
         try:
             return await self.bucket.get(key, first, last, bucket=bucket)
-        except s3.ObjectMissing:
+        except errors.ObjectMissing:
             raise ContentMissing(f"no object {key} in bucket {bucket}") from None
-        except s3.ObjectStoreUnavailable as exc:
+        except errors.ObjectStoreUnavailable as exc:
             raise StoreUnavailable(str(exc)) from None
 
     async def close(self) -> None:

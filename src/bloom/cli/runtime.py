@@ -13,7 +13,7 @@ from bloom.cli.common import runtime_settings, uvicorn_options
 from bloom.cli.logs import configure_logging
 from bloom.cli.output import fail
 from bloom.db.database import StorageKind
-from bloom.objects.s3 import ObjectStoreUnavailable
+from bloom.objects.errors import ObjectStoreUnavailable
 from bloom.runtime.api.system import INSECURE_WARNING
 from bloom.runtime.app import create_app
 from bloom.runtime.container import object_bucket

@@ -18,6 +18,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
 from obstore.store import S3Store
 
+from bloom.objects.errors import DigestMismatch, ObjectMissing, ObjectStoreUnavailable
 from bloom.objects.settings import ObjectStoreSettings
 
 if TYPE_CHECKING:
@@ -31,18 +32,6 @@ MISSING = (NotFoundError, FileNotFoundError)
 FAILED = (BaseError, OSError)
 """Anything else obstore raises: its own errors, and the builtins it maps some to (timeouts,
 refused connections, permissions)."""
-
-
-class ObjectStoreUnavailable(Exception):
-    """The store could not be reached, timed out or refused the request (credentials, 5xx)."""
-
-
-class ObjectMissing(Exception):
-    """No object under that key."""
-
-
-class DigestMismatch(Exception):
-    """The streamed content's SHA-256 is not the one expected; nothing was stored."""
 
 
 @dataclass(frozen=True, slots=True)

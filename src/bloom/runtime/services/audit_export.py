@@ -12,6 +12,7 @@ one who finds the key taken adopts that object's last id instead of writing its 
 import gzip
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import orjson
 import structlog
@@ -20,8 +21,11 @@ from bloom.artifacts.store import one_chunk
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Unavailable
 from bloom.domain.models import AuditEntry
-from bloom.objects.s3 import ObjectStoreUnavailable, S3Bucket
+from bloom.objects.errors import ObjectStoreUnavailable
 from bloom.runtime.storage.repositories import RuntimeDatabase
+
+if TYPE_CHECKING:
+    from bloom.objects.s3 import S3Bucket
 
 log = structlog.get_logger(__name__)
 CHECKPOINT = "audit_export.last_id"
@@ -56,7 +60,7 @@ def jsonl_gz(entries: list[AuditEntry]) -> bytes:
 
 
 class AuditExporter:
-    def __init__(self, db: RuntimeDatabase, bucket: S3Bucket, clock: Clock, policy: ExportPolicy):
+    def __init__(self, db: RuntimeDatabase, bucket: "S3Bucket", clock: Clock, policy: ExportPolicy):
         self.db = db
         self.bucket = bucket
         self.clock = clock
