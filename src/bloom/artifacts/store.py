@@ -6,10 +6,12 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
+
+from bloom.domain.models import Artifact
 
 READ_CHUNK = 256 * 1024
 
@@ -64,6 +66,29 @@ class ExternalStore(ArtifactStore, Protocol):
     async def put_stream(self, chunks: AsyncIterable[bytes], sha256: str) -> StoredContent:
         """Store streamed content known by its SHA-256; `DigestMismatch` if it hashes otherwise."""
         ...
+
+
+def content_size(artifact: Artifact) -> int:
+    """How many bytes an artifact's content has, wherever it lives; `ContentMissing` if it has
+    none (an artifact written without a digest by an old version)."""
+    if artifact.content is not None:
+        return len(artifact.content.encode())
+    if artifact.sha256 is None or artifact.size_bytes is None:
+        raise ContentMissing(f"artifact {artifact.id} has no content")
+    return artifact.size_bytes
+
+
+async def open_content(
+    stores: Mapping[str, ArtifactStore], artifact: Artifact, first: int, last: int
+) -> AsyncIterator[bytes]:
+    """Bytes `first`..`last` (inclusive) of an artifact's content: from its row, or from the
+    store that holds it. `ContentMissing` or `StoreUnavailable` before the first byte."""
+    if artifact.content is not None:
+        return one_chunk(artifact.content.encode()[first : last + 1])
+    store = stores.get(artifact.storage or "")
+    if store is None or artifact.sha256 is None:
+        raise ContentMissing(f"artifact {artifact.id}: no store '{artifact.storage}'")
+    return await store.open(artifact.sha256, artifact.url, first, last)
 
 
 def digest(data: bytes) -> str:

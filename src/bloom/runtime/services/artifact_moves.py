@@ -16,6 +16,7 @@ from bloom.artifacts import (
     ExternalStore,
     StoreUnavailable,
 )
+from bloom.artifacts.store import content_size, open_content
 from bloom.domain.errors import Invalid, Unavailable
 from bloom.domain.models import Artifact
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -84,15 +85,8 @@ class ArtifactMover:
         return "moved"
 
     async def _source(self, artifact: Artifact) -> AsyncIterator[bytes]:
-        if artifact.content is not None:
-            yield artifact.content.encode()
+        size = content_size(artifact)
+        if size == 0:
             return
-        store = self.stores.get(artifact.storage or "")
-        if store is None or artifact.sha256 is None or artifact.size_bytes is None:
-            raise ContentMissing(f"artifact {artifact.id}: no store '{artifact.storage}'")
-        if artifact.size_bytes == 0:
-            return
-        async for chunk in await store.open(
-            artifact.sha256, artifact.url, 0, artifact.size_bytes - 1
-        ):
+        async for chunk in await open_content(self.stores, artifact, 0, size - 1):
             yield chunk

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bloom.artifacts import ArtifactStore, ContentMissing, StoreUnavailable
-from bloom.artifacts.store import one_chunk
+from bloom.artifacts.store import content_size, open_content
 from bloom.domain.errors import NotFound, Unavailable
 from bloom.domain.models import Artifact, AuditEntry, Lease
 from bloom.runtime.services.attempts import STORE_RETRY_AFTER_SEC
@@ -63,22 +63,11 @@ class RecordService:
             raise NotFound("Artifact not found")
         is_json = task is not None and task.desired_format == "json"
         media_type = "application/json" if is_json else "text/plain; charset=utf-8"
-        if artifact.content is not None:
-            data = artifact.content.encode()
-
-            async def inline(first: int, last: int) -> AsyncIterator[bytes]:
-                return one_chunk(data[first : last + 1])
-
-            return Content(len(data), artifact.sha256, media_type, inline)
-        store = self.stores.get(artifact.storage or "")
-        if artifact.sha256 is None or store is None or artifact.size_bytes is None:
-            raise NotFound("Artifact has no content")
-        return Content(
-            artifact.size_bytes,
-            artifact.sha256,
-            media_type,
-            _opener(store, artifact.sha256, artifact.url),
-        )
+        try:
+            size = content_size(artifact)
+        except ContentMissing:
+            raise NotFound("Artifact has no content") from None
+        return Content(size, artifact.sha256, media_type, _opener(self.stores, artifact))
 
     async def stats(self) -> Stats:
         async with self.db.read() as tx:
@@ -93,13 +82,13 @@ class RecordService:
 
 
 def _opener(
-    store: ArtifactStore, sha256: str, url: str | None
+    stores: dict[str, ArtifactStore], artifact: Artifact
 ) -> Callable[[int, int], Awaitable[AsyncIterator[bytes]]]:
-    """Opens content kept in `store`, its faults as the API's refusals."""
+    """Opens an artifact's content, its faults as the API's refusals."""
 
-    async def stored(first: int, last: int) -> AsyncIterator[bytes]:
+    async def opened(first: int, last: int) -> AsyncIterator[bytes]:
         try:
-            return await store.open(sha256, url, first, last)
+            return await open_content(stores, artifact, first, last)
         except ContentMissing:
             raise NotFound("Artifact content is missing from its store") from None
         except StoreUnavailable:
@@ -107,4 +96,4 @@ def _opener(
                 "Artifact store unavailable", retry_after_sec=STORE_RETRY_AFTER_SEC
             ) from None
 
-    return stored
+    return opened
