@@ -11,7 +11,7 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any, TypeVar, get_type_hints
 
-from sqlalchemy import ColumnElement, Executable, Table, literal_column
+from sqlalchemy import ColumnElement, Executable, Table, and_, bindparam, literal_column, or_
 
 from bloom.db.executor import Connection, Row
 
@@ -94,3 +94,28 @@ def is_state(column: Any, state: str) -> ColumnElement[bool]:
         raise ValueError(f"not a state name: {state!r}")
     result: ColumnElement[bool] = column == literal_column(f"'{state}'")
     return result
+
+
+LIKE_ESCAPE = "/"
+"""The escape character of the LIKE patterns built here (not a backslash: PostgreSQL and SQLite
+read backslashes in literals differently)."""
+
+
+def like_literal(text: str) -> str:
+    """`text` for a LIKE pattern, matching itself only: its %, _ and escape character escaped."""
+    return (
+        text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2)
+        .replace("%", f"{LIKE_ESCAPE}%")
+        .replace("_", f"{LIKE_ESCAPE}_")
+    )
+
+
+def older_than(at: Any, id_: Any) -> ColumnElement[bool]:
+    """Keyset condition for a listing ordered newest first by (`at`, `id_`): the rows strictly
+    older than the cursor in `b_at`, `b_after_id`. The lone `at <= b_at` is what an index on
+    `at` (alone or after equality columns) can seek to; the OR settles ties by id."""
+    cursor_at = bindparam("b_at", type_=at.type)
+    return and_(
+        at <= cursor_at,
+        or_(at < cursor_at, id_ < bindparam("b_after_id", type_=id_.type)),
+    )

@@ -71,6 +71,10 @@ Index(
 Index("ix_llm_tasks_created_at", llm_tasks.c.created_at)
 Index("ix_llm_tasks_status_created_at", llm_tasks.c.status, llm_tasks.c.created_at)
 Index("ix_llm_tasks_idempotency_key", llm_tasks.c.idempotency_key, unique=True)
+# ours: the dashboard's listings of one worker's or one context's tasks, newest first (without
+# them, a worker or context with few tasks has the newest-first scan read the whole table)
+Index("ix_llm_tasks_worker_created_at", llm_tasks.c.worker_id, llm_tasks.c.created_at)
+Index("ix_llm_tasks_context_created_at", llm_tasks.c.context_id, llm_tasks.c.created_at)
 
 leases = Table(
     "leases",
@@ -182,6 +186,9 @@ llm_results = Table(
 )
 Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
 Index("ix_llm_results_task_id", llm_results.c.task_id)
+# ours: throughput per bucket, counted from this index alone (results are never updated, so
+# their pages are all-visible and the scan never reads the table)
+Index("ix_llm_results_completed_at", llm_results.c.completed_at, llm_results.c.status)
 
 audit_logs = Table(
     "audit_logs",
@@ -198,6 +205,16 @@ audit_logs = Table(
 )
 Index("ix_audit_logs_timestamp", audit_logs.c.timestamp)
 Index("ix_audit_logs_task_id", audit_logs.c.task_id)
+Index("ix_audit_logs_entity_id", audit_logs.c.entity_id)  # ours: one entity's trail
+
+# ours: the queue's depth once a minute (the dashboard's history), kept for eight days
+queue_samples = Table(
+    "queue_samples",
+    metadata,
+    Column("at", BigInteger, primary_key=True, autoincrement=False),  # the minute, epoch ms
+    Column("queued", Integer, nullable=False),
+    Column("running", Integer, nullable=False),  # leased or running
+)
 
 runtime_settings = Table(
     "runtime_settings",

@@ -16,6 +16,7 @@ from bloom.runtime.storage.repositories.records import (
     ResultRepository,
     SettingsRepository,
 )
+from bloom.runtime.storage.repositories.samples import SampleRepository
 from bloom.runtime.storage.repositories.tasks import TaskRepository
 from bloom.runtime.storage.repositories.workers import WorkerRepository
 
@@ -52,6 +53,10 @@ class Repositories:
     @cached_property
     def audit(self) -> AuditRepository:
         return AuditRepository(self.connection)
+
+    @cached_property
+    def samples(self) -> SampleRepository:
+        return SampleRepository(self.connection)
 
     @cached_property
     def events(self) -> EventRepository:

@@ -22,6 +22,12 @@ _LIST = (
     .limit(bindparam("b_limit"))
 )
 _LIST_BY_STATUS = _LIST.where(lz.c.status == bindparam("b_status"))
+_OF_TASK = (
+    select(*LEASE_COLUMNS)
+    .where(lz.c.task_id == bindparam("b_task"))
+    .order_by(lz.c.started_at, lz.c.id)
+)
+_COUNT_ACTIVE = select(func.count()).select_from(lz).where(ACTIVE)
 _ACTIVE_FOR_WORKER = (
     select(*LEASE_COLUMNS)
     .where(lz.c.worker_id == bindparam("b_worker"), ACTIVE)
@@ -137,6 +143,13 @@ class LeaseRepository(Repository):
         if status is None:
             return await self.all(Lease, _LIST, {"b_limit": limit})
         return await self.all(Lease, _LIST_BY_STATUS, {"b_limit": limit, "b_status": status})
+
+    async def of_task(self, task_id: str) -> list[Lease]:
+        """The task's leases (its attempts), oldest first."""
+        return await self.all(Lease, _OF_TASK, {"b_task": task_id})
+
+    async def count_active(self) -> int:
+        return int(await self.scalar(_COUNT_ACTIVE))
 
     async def list_active_for_worker(self, worker_id: str) -> list[Lease]:
         return await self.all(Lease, _ACTIVE_FOR_WORKER, {"b_worker": worker_id})

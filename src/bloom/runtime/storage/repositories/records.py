@@ -1,11 +1,32 @@
 """SQL for the append-mostly records: artifacts, results, audit entries and settings."""
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+import functools
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.executor import Connection
-from bloom.db.repository import Repository, entity_columns, entity_values
+from bloom.db.repository import (
+    Repository,
+    entity_columns,
+    entity_values,
+    is_state,
+    older_than,
+)
 from bloom.domain.models import Artifact, AuditEntry, Result
+from bloom.domain.paging import Cursor
 from bloom.runtime.storage.tables import (
     audit_logs,
     llm_results,
@@ -44,6 +65,28 @@ _ARTIFACT_RELOCATE = (
 )
 _RESULT_INSERT = insert(res)
 _RESULT_BY_LEASE = select(*RESULT_COLUMNS).where(res.c.lease_id == bindparam("b_lease"))
+_RESULTS_OF_TASK = (
+    select(*RESULT_COLUMNS)
+    .where(res.c.task_id == bindparam("b_task"))
+    .order_by(res.c.completed_at, res.c.id)
+)
+_BUCKET = (
+    (res.c.completed_at - bindparam("b_first", type_=BigInteger()))
+    // bindparam("b_bucket_ms", type_=BigInteger())
+).label("bucket")
+_THROUGHPUT = (
+    select(
+        _BUCKET,
+        func.count().filter(is_state(res.c.status, "success")).label("succeeded"),
+        func.count().filter(~is_state(res.c.status, "success")).label("failed"),
+    )
+    .where(
+        res.c.completed_at >= bindparam("b_first", type_=BigInteger()),
+        res.c.completed_at < bindparam("b_end", type_=BigInteger()),
+    )
+    .group_by(literal_column("bucket"))
+    .order_by(literal_column("bucket"))
+)
 _AUDIT_INSERT = insert(aud)
 _AUDIT_LIST = (
     select(*AUDIT_COLUMNS)
@@ -51,6 +94,26 @@ _AUDIT_LIST = (
     .limit(bindparam("b_limit"))
 )
 _AUDIT_LIST_FOR_TASK = _AUDIT_LIST.where(aud.c.task_id == bindparam("b_task"))
+_AUDIT_EQUALS = {"action": aud.c.action, "entity_type": aud.c.entity_type, "actor": aud.c.actor}
+"""The audit page filters that are equality on a column, by their parameter name."""
+
+
+@functools.cache
+def _audit_page_statement(equal: frozenset[str], entity: bool, after: bool) -> Any:
+    """One page of audit entries, newest first by (timestamp, id), for one shape of filter:
+    equality on the columns named in `equal`, an `entity` (its own entries or its task's), rows
+    older than a cursor (`after`)."""
+    stmt = select(*AUDIT_COLUMNS).order_by(aud.c.timestamp.desc(), aud.c.id.desc())
+    for name in sorted(equal):
+        stmt = stmt.where(_AUDIT_EQUALS[name] == bindparam(f"b_{name}"))
+    if entity:
+        entity_id = bindparam("b_entity", type_=String())
+        stmt = stmt.where(or_(aud.c.entity_id == entity_id, aud.c.task_id == entity_id))
+    if after:
+        stmt = stmt.where(older_than(aud.c.timestamp, aud.c.id))
+    return stmt.limit(bindparam("b_limit"))
+
+
 _AUDIT_SETTLED = aud.c.id > bindparam("b_after"), aud.c.timestamp < bindparam("b_before")
 _AUDIT_TO_EXPORT = (
     select(*AUDIT_COLUMNS).where(*_AUDIT_SETTLED).order_by(aud.c.id).limit(bindparam("b_limit"))
@@ -114,6 +177,21 @@ class ResultRepository(Repository):
     async def get_by_lease(self, lease_id: str) -> Result | None:
         return await self.one(Result, _RESULT_BY_LEASE, {"b_lease": lease_id})
 
+    async def of_task(self, task_id: str) -> list[Result]:
+        """The task's results, oldest first."""
+        return await self.all(Result, _RESULTS_OF_TASK, {"b_task": task_id})
+
+    async def throughput(
+        self, *, first: int, end: int, bucket_ms: int
+    ) -> list[tuple[int, int, int]]:
+        """Results completed in [first, end), counted per bucket of `bucket_ms` from `first`:
+        (bucket number, succeeded, failed), for the buckets that have any, in order."""
+        params = {"b_first": first, "b_end": end, "b_bucket_ms": bucket_ms}
+        return [
+            (int(bucket), int(ok), int(failed))
+            for bucket, ok, failed in await self.rows(_THROUGHPUT, params)
+        ]
+
 
 class AuditRepository(Repository):
     def __init__(self, connection: Connection):
@@ -131,6 +209,26 @@ class AuditRepository(Repository):
         return await self.all(
             AuditEntry, _AUDIT_LIST_FOR_TASK, {"b_limit": limit, "b_task": task_id}
         )
+
+    async def page(
+        self,
+        *,
+        equal: dict[str, str],
+        entity_id: str | None,
+        after: Cursor | None,
+        limit: int,
+    ) -> list[AuditEntry]:
+        """Up to `limit` entries, newest first, older than `after`: those whose columns equal
+        `equal` (action, entity_type, actor) and, with `entity_id`, that concern it (as their
+        entity or as their task)."""
+        params: dict[str, Any] = {f"b_{name}": value for name, value in equal.items()}
+        params["b_limit"] = limit
+        if entity_id is not None:
+            params["b_entity"] = entity_id
+        if after is not None:
+            params["b_at"], params["b_after_id"] = after.at, after.id
+        stmt = _audit_page_statement(frozenset(equal), entity_id is not None, after is not None)
+        return await self.all(AuditEntry, stmt, params)
 
     async def to_export(self, *, after_id: str, before: int, limit: int) -> list[AuditEntry]:
         """Entries after `after_id` written before `before` (epoch ms), in id order."""
