@@ -18,6 +18,7 @@ from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.events import EventService
+from bloom.runtime.services.history import HistoryService
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
 from bloom.runtime.services.metrics import MetricsService
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 AUDIT_EXPORT_CHECK_SEC = 60.0
 """How often the exporter looks whether a full object is waiting (or its interval has passed)."""
+QUEUE_HISTORY_SEC = 60.0
+"""How often the queue's depth is sampled for the dashboard's history (one sample a minute)."""
 
 
 @dataclass
@@ -60,6 +63,7 @@ class Container:
     membridge_client: MembridgeClient
     membridge: MembridgeService
     worker_sync: WorkerSync
+    history: HistoryService
     loops: list[Loop] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
 
@@ -173,10 +177,14 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         membridge_client=client,
         membridge=MembridgeService(db, client, config, clock),
         worker_sync=worker_sync,
+        history=HistoryService(db, clock),
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
     container.loops.append(
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
+    )
+    container.loops.append(
+        PeriodicLoop("queue-history", container.history.sample, QUEUE_HISTORY_SEC)
     )
     if container.audit_export is not None:
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)

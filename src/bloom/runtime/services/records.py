@@ -1,4 +1,5 @@
-"""Read-side use-cases over the records the engine keeps: artifacts, audit, leases, stats."""
+"""Read-side use-cases over the records the engine keeps: artifacts, audit (and a filtered page of
+it), leases, a task's attempts and results, stats."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -6,7 +7,8 @@ from dataclasses import dataclass, field
 from bloom.artifacts import ArtifactStore, ContentMissing, StoreUnavailable
 from bloom.artifacts.store import content_size, open_content
 from bloom.domain.errors import NotFound, Unavailable
-from bloom.domain.models import Artifact, AuditEntry, Lease
+from bloom.domain.models import Artifact, AuditEntry, Lease, Result
+from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.runtime.services.attempts import STORE_RETRY_AFTER_SEC
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
@@ -18,6 +20,26 @@ class Stats:
     tasks: dict[str, object] = field(default_factory=dict)
     leases: dict[str, int] = field(default_factory=dict)
     workers: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which audit entries a page lists; None matches anything. `entity_id` matches an entry's
+    entity or its task (so a task's filter finds its leases' entries too)."""
+
+    action: str | None = None
+    entity_type: str | None = None
+    actor: str | None = None
+    entity_id: str | None = None
+
+    def equal(self) -> dict[str, str]:
+        """The columns an entry must equal, by name."""
+        values = {"action": self.action, "entity_type": self.entity_type, "actor": self.actor}
+        return {name: value for name, value in values.items() if value is not None}
+
+
+def audit_position(entry: AuditEntry) -> Cursor:
+    return Cursor(entry.timestamp, entry.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +60,27 @@ class RecordService:
     async def audit(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
         async with self.db.read() as tx:
             return await tx.audit.find(limit=limit, task_id=task_id)
+
+    async def audit_page(
+        self, filter: AuditFilter, *, after: Cursor | None, limit: int
+    ) -> Page[AuditEntry]:
+        """Entries matching `filter`, newest first by (timestamp, id), from after the cursor."""
+        check_limit(limit)
+        async with self.db.read() as tx:
+            rows = await tx.audit.page(
+                equal=filter.equal(), entity_id=filter.entity_id, after=after, limit=limit + 1
+            )
+        return page_of(rows, limit, audit_position)
+
+    async def attempts(self, task_id: str) -> list[Lease]:
+        """The task's leases, oldest first (empty for an unknown task)."""
+        async with self.db.read() as tx:
+            return await tx.leases.of_task(task_id)
+
+    async def results(self, task_id: str) -> list[Result]:
+        """The task's results, oldest first (empty for an unknown task)."""
+        async with self.db.read() as tx:
+            return await tx.results.of_task(task_id)
 
     async def leases(self, *, status: str | None, limit: int) -> list[Lease]:
         async with self.db.read() as tx:

@@ -1,4 +1,4 @@
-"""Task use-cases: create (idempotently), read, cancel, requeue."""
+"""Task use-cases: create (idempotently), read (one, a filtered page, counts), cancel, requeue."""
 
 import hashlib
 from dataclasses import asdict, dataclass, field
@@ -11,11 +11,38 @@ from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
 from bloom.domain.models import DEFAULT_POLICY, Task
+from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """Which tasks a page lists; None matches anything. `text` matches the prompt (a substring,
+    any case) or the id (a prefix)."""
+
+    status: TaskStatus | None = None
+    worker_id: str | None = None
+    context_id: str | None = None
+    agent_slug: str | None = None
+    text: str | None = None
+
+    def equal(self) -> dict[str, str]:
+        """The columns a task must equal, by name."""
+        values = {
+            "status": self.status,
+            "worker_id": self.worker_id,
+            "context_id": self.context_id,
+            "agent_slug": self.agent_slug,
+        }
+        return {name: str(value) for name, value in values.items() if value is not None}
+
+
+def task_position(task: Task) -> Cursor:
+    return Cursor(task.created_at, task.id)
 
 
 @dataclass(slots=True)
@@ -112,6 +139,22 @@ class TaskService:
     async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
         async with self.db.read() as tx:
             return await tx.tasks.find(status=status, limit=limit, offset=offset)
+
+    async def page(self, filter: TaskFilter, *, after: Cursor | None, limit: int) -> Page[Task]:
+        """Tasks matching `filter`, newest first by (created_at, id), from after the cursor."""
+        check_limit(limit)
+        text = filter.text or None  # an empty text matches everything anyway
+        async with self.db.read() as tx:
+            rows = await tx.tasks.page(
+                equal=filter.equal(), text=text, after=after, limit=limit + 1
+            )
+        return page_of(rows, limit, task_position)
+
+    async def counts(self) -> dict[str, int]:
+        """Tasks per status: every status, 0 when none."""
+        async with self.db.read() as tx:
+            counted = await tx.tasks.count_by_status()
+        return {str(status): counted.get(str(status), 0) for status in TaskStatus}
 
     async def runs(self) -> list[Task]:
         """The seed's `runs`: the newest tasks."""
