@@ -243,3 +243,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.claude)
         if "s3_server" in fixtures:
             item.add_marker(pytest.mark.s3)
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)

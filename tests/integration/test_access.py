@@ -110,6 +110,8 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
         .replace("{name}", "x")
         .replace("{cid}", "abc")
         .replace("{job_id}", "j1")
+        .replace("{key_id}", "k1")
+        .replace("{username}", "vera")
     )
     lease = {"lease_id": world.lease_id}
     bodies: dict[tuple[str, str], dict[str, Any]] = {
@@ -125,6 +127,19 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
     if (method, path) == ("GET", f"{API}/llm-tasks/{{task_id}}/events"):
         url += "?follow=false"
     return url, bodies.get((method, path), {} if method == "POST" else None)
+
+
+HX = {"HX-Request": "true"}  # as the dashboard's pages send their requests
+
+
+def is_dashboard(path: str) -> bool:
+    """A page or action of the dashboard (its login aside, which checks its own token)."""
+    return not path.startswith(("/api/", "/metrics", "/docs", "/login", "/logout"))
+
+
+def sent_to_login(reply: httpx.Response) -> bool:
+    target = reply.headers.get("location") or reply.headers.get("hx-redirect") or ""
+    return reply.status_code in (200, 303) and target.startswith("/login?next=")
 
 
 def expected_denial(who: str, access: Access) -> int | None:
@@ -157,15 +172,21 @@ async def test_authorization_matrix(client: httpx.AsyncClient) -> None:
     for method, path in table:
         url, body = request_for(method, path, world)
         declared = documented.get(path, {}).get(method.lower(), {}).get("responses")
+        page = is_dashboard(path)
         for who in order:
-            reply = await client.request(method, url, json=body, headers=world.headers(who))
+            headers = world.headers(who) | (HX if page else {})
+            reply = await client.request(method, url, json=body, headers=headers)
             if declared is not None and not {str(reply.status_code), "default"} & set(declared):
                 failures.append((method, path, who, "undocumented", reply.status_code))
             denial = expected_denial(who, RULES[(method, path)])
             if (method, path) in SELF_CHECKED:
                 ok = reply.status_code != 401
+            elif page and denial == 401:  # a browser without a login goes to the login page
+                ok = sent_to_login(reply)
             elif denial is None:
-                upstream_down = path.startswith("/api/membridge") and reply.status_code == 502
+                upstream_down = (
+                    path.startswith(("/api/membridge", "/membridge/")) and reply.status_code == 502
+                )
                 ok = reply.status_code not in (401, 403) and (
                     reply.status_code < 500 or upstream_down
                 )

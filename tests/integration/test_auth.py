@@ -137,9 +137,17 @@ async def test_only_the_exact_health_path_is_public(client: httpx.AsyncClient, p
     assert response.json() == UNAUTHORIZED
 
 
-async def test_pages_outside_the_api_need_no_key(client: httpx.AsyncClient) -> None:
-    """The index page is not behind the API key (the seed served its SPA openly)."""
-    assert (await client.get("/")).status_code == 200
+async def test_the_dashboard_asks_for_a_login_but_its_login_and_files_do_not(
+    client: httpx.AsyncClient,
+) -> None:
+    """The seed served its SPA openly, and the SPA then could not call a keyed API at all (it
+    sends no key). Ours: the login page and static files are open, every page asks for a login."""
+    index = await client.get("/")
+    assert index.status_code == 303
+    assert index.headers["location"] == "/login?next=%2F"
+    assert (await client.get("/login")).status_code == 200
+    assert (await client.get("/static/dashboard.css")).status_code == 200
+    assert (await client.get("/", headers={HEADER: KEY})).status_code == 200  # the admin key
 
 
 @pytest.mark.parametrize(

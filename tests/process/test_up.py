@@ -103,6 +103,7 @@ def test_plan_with_the_demo_model(tmp_path):
 
 def test_the_banner_says_where_everything_is(tmp_path):
     text = "\n".join(banner(options(tmp_path, demo_model=True, worker_concurrency=2)))
+    assert "dashboard  http://127.0.0.1:5001/" in text
     assert "runtime    http://127.0.0.1:5001" in text
     assert "API docs   http://127.0.0.1:5001/api/docs" in text
     assert "model      http://127.0.0.1:8101" in text

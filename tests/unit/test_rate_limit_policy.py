@@ -95,8 +95,17 @@ def test_the_runtime_policy() -> None:
     api, worker, local = ("api", 100), ("worker", 3000), "anonymous:127.0.0.1"
     assert charged(policy, "GET", f"{API}/llm-tasks") == [(*api, local)]
     assert charged(policy, "GET", "/api/membridge/agents") == [(*api, local)]
-    for path in (f"{API}/health", f"{API}/health/", "/", "/api/docs", "/api/openapi.json"):
+    for path in (
+        f"{API}/health",
+        f"{API}/health/",
+        "/api/docs",
+        "/api/openapi.json",
+        "/static/dashboard.css",
+    ):
         assert charged(policy, "GET", path) == [], path
+    for path in ("/", "/tasks", "/tasks/t1", "/workers", "/audit", "/settings", "/login"):
+        assert charged(policy, "GET", path) == [(*api, local)], path  # the dashboard's pages
+    assert charged(policy, "POST", "/tasks/t1/cancel") == [(*api, local)]
     for path in (
         f"{API}/workers",
         f"{API}/workers/",

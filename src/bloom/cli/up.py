@@ -210,6 +210,7 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
 def banner(options: UpOptions) -> list[str]:
     lines = [
         click.style("BLOOM is up", bold=True),
+        f"  dashboard  {options.runtime_url}/",
         f"  runtime    {options.runtime_url}",
         f"  API docs   {options.runtime_url}/api/docs",
         f"  membridge  {options.membridge_url}",

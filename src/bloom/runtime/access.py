@@ -29,7 +29,7 @@ class Access(Enum):
 RT = "/api/runtime"
 MB = "/api/membridge"
 RULES: dict[tuple[str, str], Access] = {
-    ("GET", "/"): Access.PUBLIC,
+    ("GET", "/"): Access.READ,
     ("GET", "/api/docs"): Access.PUBLIC,
     ("GET", "/api/openapi.json"): Access.PUBLIC,
     ("GET", "/docs/oauth2-redirect"): Access.PUBLIC,
@@ -76,7 +76,49 @@ RULES: dict[tuple[str, str], Access] = {
     ("POST", f"{MB}/projects/{{cid}}/leadership/select"): Access.ADMIN,
     ("GET", f"{MB}/jobs"): Access.READ,
     ("GET", f"{MB}/jobs/{{job_id}}"): Access.READ,
+    # The dashboard (runtime/dashboard/): pages for readers, actions for admins.
+    ("GET", "/tasks"): Access.READ,
+    ("GET", "/tasks/{task_id}"): Access.READ,
+    ("GET", "/workers"): Access.READ,
+    ("GET", "/membridge"): Access.READ,
+    ("GET", "/audit"): Access.READ,
+    ("GET", "/audit/export.jsonl"): Access.READ,
+    ("GET", "/settings"): Access.ADMIN,
+    ("POST", "/tasks"): Access.ADMIN,
+    ("POST", "/tasks/{task_id}/cancel"): Access.ADMIN,
+    ("POST", "/tasks/{task_id}/requeue"): Access.ADMIN,
+    ("POST", "/tasks/{task_id}/again"): Access.ADMIN,
+    ("POST", "/workers"): Access.ADMIN,
+    ("POST", "/workers/{worker_id}/remove"): Access.ADMIN,
+    ("POST", "/membridge/config"): Access.ADMIN,
+    ("POST", "/membridge/test"): Access.ADMIN,
+    ("POST", "/membridge/projects/{cid}/promote"): Access.ADMIN,
+    ("POST", "/settings/keys"): Access.ADMIN,
+    ("POST", "/settings/keys/{key_id}/revoke"): Access.ADMIN,
+    ("POST", "/settings/users"): Access.ADMIN,
+    ("POST", "/settings/users/{username}/password"): Access.ADMIN,
 }
+
+
+class LoginRequired(Exception):
+    """A dashboard page or action asked for without a login: answered by sending the browser to
+    the login page, and back to `target` after it."""
+
+    def __init__(self, target: str):
+        super().__init__(target)
+        self.target = target
+
+
+class PageRefused(Exception):
+    """A dashboard page the caller's role may not see: answered 403 with a page saying so."""
+
+
+def is_dashboard(request: Request) -> bool:
+    """A request of the dashboard's: a page (not the API, not metrics), or one of its actions."""
+    path = request.url.path
+    if path.startswith("/api/") or path == METRICS_PATH:
+        return False
+    return request.method in SAFE_METHODS or request.headers.get("hx-request") == "true"
 
 
 def rule_for(method: str, path_format: str) -> Access | None:
@@ -99,6 +141,9 @@ async def authorize(request: Request) -> None:
         return
     identity: Identity | None = getattr(request.state, "identity", None)
     if identity is None or identity.role is None:
+        if is_dashboard(request):
+            target = request.headers.get("hx-current-url") or str(request.url)
+            raise LoginRequired(target)
         raise HTTPException(401, "Unauthorized")
     if (
         identity.kind is Kind.USER
@@ -107,6 +152,8 @@ async def authorize(request: Request) -> None:
     ):
         raise HTTPException(403, "Forbidden: CSRF token missing or wrong")
     if identity.role not in access.value:
+        if is_dashboard(request) and request.method in SAFE_METHODS:
+            raise PageRefused(f"This page is for {' and '.join(sorted(access.value))}s.")
         raise HTTPException(403, f"Forbidden: a {identity.role} may not do this")
 
 

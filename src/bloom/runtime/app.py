@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import HTMLResponse
+from starlette.staticfiles import StaticFiles
 
 from bloom import __version__
 from bloom.domain.clock import Clock, system_clock
@@ -12,7 +12,6 @@ from bloom.runtime.access import authorize
 from bloom.runtime.api import (
     events,
     lease_protocol,
-    login,
     membridge,
     metrics,
     records,
@@ -22,6 +21,7 @@ from bloom.runtime.api import (
 )
 from bloom.runtime.auth import IdentityMiddleware
 from bloom.runtime.container import build_container
+from bloom.runtime.dashboard import actions, login, pages
 from bloom.runtime.http import install_error_handlers, invalid_query
 from bloom.runtime.login import LoginCodec
 from bloom.runtime.loops import LoopRunner
@@ -34,15 +34,6 @@ from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
-
-INDEX = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>BLOOM Runtime</title></head>
-<body><h1>BLOOM Runtime {__version__}</h1>
-<p>The task queue and lease engine is running.</p>
-<ul><li><a href="/api/docs">API reference</a></li>
-<li><a href="/api/runtime/health">Health</a></li></ul>
-</body></html>"""
-
 
 RT = "/api/runtime"
 ROUTINE_REQUESTS = {
@@ -93,17 +84,17 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         records,
         membridge,
         metrics,
+        pages,
+        actions,
     ):
         app.include_router(module.router)
+    app.mount("/static", StaticFiles(packages=[("bloom.runtime.dashboard", "static")]), "static")
     app.state.logins = LoginCodec(server_secret(settings))
     app.state.trusted_proxies = settings.trusted_proxies
     app.state.metrics_public = settings.metrics_public
 
-    @app.get("/", include_in_schema=False)
-    async def index() -> HTMLResponse:
-        return HTMLResponse(INDEX)
-
     install_error_handlers(app)
+    login.install_page_refusals(app)
     document_runtime_errors(app)
     if settings.rate_limit_enabled:  # added first: runs after the identity is known
         limiter = RateLimiter.from_url(

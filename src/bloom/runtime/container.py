@@ -65,6 +65,7 @@ class Container:
     worker_sync: WorkerSync
     history: HistoryService
     loops: list[Loop] = field(default_factory=list)
+    clock: Clock = system_clock
     started_at: float = field(default_factory=time.monotonic)
 
     @property
@@ -178,6 +179,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         membridge=MembridgeService(db, client, config, clock),
         worker_sync=worker_sync,
         history=HistoryService(db, clock),
+        clock=clock,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
     container.loops.append(

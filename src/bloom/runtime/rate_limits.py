@@ -1,7 +1,8 @@
 """The runtime's rate-limit policy: which budgets a request is charged to.
 
 - `/api/runtime/*` and `/api/membridge/*` are limited (the seed's mounts), except
-  `GET /api/runtime/health`; everything else (`/`, `/api/docs`) is not.
+  `GET /api/runtime/health`, and so are the dashboard's pages and actions (`/`, `/tasks`, …,
+  `/login`), charged to the same API budget; its static files and `/api/docs` are not.
 - The key is the caller's identity (`Identity.rate_key`: a key, a user, the admin key), else
   `anonymous:<client address>` (`BLOOM_TRUSTED_PROXIES` decides whose X-Forwarded-For counts).
 - Worker traffic is charged to the worker budget (`BLOOM_RATE_LIMIT_WORKER`) instead of the API
@@ -20,7 +21,17 @@ from bloom.domain.identity import Role
 from bloom.runtime.settings import RuntimeSettings
 from bloom.web.rate_limit import Budget, Charge, Policy, identity_of, rate_key
 
-LIMITED_PREFIXES = ("/api/runtime/", "/api/membridge/")
+LIMITED_PREFIXES = (
+    "/api/runtime/",
+    "/api/membridge/",
+    "/tasks/",
+    "/workers/",
+    "/membridge/",
+    "/audit/",
+    "/settings/",
+    "/login/",
+    "/logout/",
+)
 UNLIMITED = frozenset({"/api/runtime/health"})
 TEST_CONNECTION = "/api/runtime/test-connection"
 WORKER_PROTOCOL = re.compile(
@@ -37,7 +48,7 @@ def runtime_policy(settings: RuntimeSettings) -> Policy:
 
     def charges(scope: Scope) -> tuple[Charge, ...]:
         path = scope["path"].rstrip("/") + "/"
-        if not path.startswith(LIMITED_PREFIXES) or path[:-1] in UNLIMITED:
+        if not (path == "/" or path.startswith(LIMITED_PREFIXES)) or path[:-1] in UNLIMITED:
             return ()
         path = path[:-1]
         key = rate_key(scope, proxies)

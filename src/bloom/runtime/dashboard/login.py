@@ -5,17 +5,18 @@ both a cookie and the form); a login's own CSRF token protects logout and every 
 state-changing request made with the login cookie.
 """
 
-import html
 import secrets
 import time
 from typing import Annotated
-from urllib.parse import parse_qs
+from urllib.parse import urlencode, urlsplit
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from bloom.domain.identity import Kind
+from bloom.runtime.access import LoginRequired, PageRefused
 from bloom.runtime.api.deps import Caller, Credentials
+from bloom.runtime.dashboard.templating import asset_version, environment, render
 from bloom.runtime.http import JSON, error
 from bloom.runtime.login import (
     COOKIE,
@@ -27,22 +28,10 @@ from bloom.runtime.login import (
 )
 from bloom.runtime.login import csrf_matches as token_matches
 from bloom.web.client_address import client_scheme
+from bloom.web.forms import read_form
 
 router = APIRouter(tags=["session"])  # the OpenAPI tag, as published
 MAX_FORM_BYTES = 8 * 1024
-
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Log in · BLOOM Runtime</title></head>
-<body><main><h1>BLOOM Runtime</h1>
-{message}
-<form method="post" action="/login">
-<input type="hidden" name="csrf_token" value="{csrf}">
-<input type="hidden" name="next" value="{next}">
-<p><label>User <input name="username" autocomplete="username" required></label></p>
-<p><label>Password <input name="password" type="password" autocomplete="current-password"
-required></label></p>
-<p><button type="submit">Log in</button></p>
-</form></main></body></html>"""
 
 
 def _codec(request: Request) -> LoginCodec:
@@ -71,10 +60,10 @@ def _set_cookie(
 
 def _login_page(request: Request, next_path: str, message: str, status: int) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
-    body = PAGE.format(
-        csrf=csrf,
-        next=html.escape(_safe_next(next_path)),
-        message=f'<p role="alert">{html.escape(message)}</p>' if message else "",
+    body = (
+        environment()
+        .get_template("login.html")
+        .render(csrf=csrf, next=_safe_next(next_path), message=message, assets=asset_version())
     )
     page = HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
     _set_cookie(page, request, LOGIN_CSRF_COOKIE, csrf, 3600, "/login")
@@ -88,20 +77,9 @@ async def login_page(
     return _login_page(request, next, "", 200)
 
 
-async def _form(request: Request) -> dict[str, str] | None:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        return None
-    try:
-        fields = parse_qs(body.decode(), max_num_fields=10, strict_parsing=False)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return {name: values[0] for name, values in fields.items()}
-
-
 @router.post("/login", include_in_schema=False)
 async def login(request: Request, credentials: Credentials) -> Response:
-    form = await _form(request) or {}
+    form = await read_form(request, MAX_FORM_BYTES) or {}
     next_path = _safe_next(form.get("next", "/"))
     if not token_matches(request.cookies.get(LOGIN_CSRF_COOKIE, ""), form.get("csrf_token")):
         return _login_page(request, next_path, "The form expired; please try again.", 403)
@@ -118,7 +96,7 @@ async def login(request: Request, credentials: Credentials) -> Response:
 @router.post("/logout", include_in_schema=False)
 async def logout(request: Request) -> Response:
     held: Login | None = getattr(request.state, "login", None)
-    form = await _form(request) or {}
+    form = await read_form(request, MAX_FORM_BYTES) or {}
     presented = request.headers.get("x-csrf-token") or form.get("csrf_token")
     if held is not None and not token_matches(held.csrf, presented):
         return error(403, "Forbidden: CSRF token missing or wrong")
@@ -139,3 +117,23 @@ async def current(request: Request, caller: Caller) -> JSON:
             "csrf_token": held.csrf if held else None,
         }
     )
+
+
+def install_page_refusals(app: FastAPI) -> None:
+    """A dashboard page asked for without a login goes to the login page, and comes back after
+    it; an htmx request is told to send the whole page there (`HX-Redirect`). A page the role
+    may not see answers 403 with a page that says so."""
+
+    @app.exception_handler(PageRefused)
+    async def _refused(request: Request, exc: PageRefused) -> Response:
+        context = {"title": "Not for your role", "message": f"{exc} Ask an admin."}
+        return render(request, "error.html", context, now=int(time.time() * 1000), status=403)
+
+    @app.exception_handler(LoginRequired)
+    async def _to_login(request: Request, exc: LoginRequired) -> Response:
+        target = urlsplit(exc.target)
+        back = target.path + (f"?{target.query}" if target.query else "")
+        url = f"/login?{urlencode({'next': _safe_next(back)})}"
+        if request.headers.get("hx-request") == "true":
+            return Response(status_code=200, headers={"HX-Redirect": url})
+        return RedirectResponse(url, status_code=303)

@@ -1,0 +1,277 @@
+"""What the dashboard's buttons and forms do: thin POST routes over the same services and body
+rules as the API, so a refusal reads exactly as the API words it.
+
+They answer htmx: a notice for the page's corner and an `HX-Trigger: bloom:changed` header that
+makes the page's live regions refresh (or `HX-Redirect` to a new task). Every one requires the
+`HX-Request` header, which no other site can make a browser send without our consent (CORS), on
+top of the login's CSRF token that `authorize` checks for a logged-in user: so even in open
+development mode (no API key) no cross-site form can act here.
+"""
+
+from typing import Annotated, Any, TypeVar
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ValidationError
+from starlette.responses import Response
+
+from bloom.domain.errors import Forbidden, Invalid
+from bloom.domain.identity import Role
+from bloom.domain.states import WorkerStatus
+from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
+from bloom.runtime.container import Container
+from bloom.runtime.dashboard.templating import fragment
+from bloom.runtime.http import JSON
+from bloom.runtime.services.tasks import NewTask
+from bloom.runtime.services.workers import Registration
+from bloom.web.forms import read_form
+
+Model = TypeVar("Model", bound=BaseModel)
+CHANGED = {"HX-Trigger": "bloom:changed"}
+
+
+async def _from_page(hx_request: Annotated[str | None, Header()] = None) -> None:
+    if hx_request != "true":
+        raise Forbidden("Dashboard actions are sent by the dashboard's own pages")
+
+
+router = APIRouter(include_in_schema=False, dependencies=[Depends(_from_page)])
+
+
+def _container(request: Request) -> Container:
+    built: Container = request.app.state.container
+    return built
+
+
+async def _form(request: Request) -> dict[str, str]:
+    form = await read_form(request)
+    if form is None:
+        raise Invalid("The form could not be read (too large, or not UTF-8)")
+    return form
+
+
+def _parse(model: type[Model], data: dict[str, Any]) -> Model:
+    """The API's body rules applied to a form: its 400 answer when they refuse."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+
+
+def _number(form: dict[str, str], name: str, default: int) -> int | str:
+    """A whole number from a form field; the raw text when it is not one (the body rules then
+    refuse it by name)."""
+    raw = form.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def _decimal(form: dict[str, str], name: str) -> float | str:
+    raw = form.get(name, "").strip()
+    try:
+        return float(raw) if raw else 0
+    except ValueError:
+        return raw
+
+
+def _notice(
+    message: str, *, kind: str = "ok", headers: dict[str, str] | None = None
+) -> HTMLResponse:
+    return fragment(
+        "notice.html", {"message": message, "kind": kind}, headers={**CHANGED, **(headers or {})}
+    )
+
+
+# ---- tasks ----
+
+
+@router.post("/tasks")
+async def create_task(request: Request) -> Response:
+    form = await _form(request)
+    body = _parse(
+        CreateTaskBody,
+        {
+            "prompt": form.get("prompt", ""),
+            "context_id": form.get("context_id", "").strip(),
+            "agent_slug": form.get("agent_slug", "").strip() or "default",
+            "desired_format": form.get("desired_format", "text"),
+            "priority": _number(form, "priority", 0),
+            "max_attempts": _number(form, "max_attempts", 3),
+            "policy": {
+                "timeout_sec": _number(form, "timeout_sec", 120),
+                "budget": _decimal(form, "budget"),
+            },
+        },
+    )
+    task, _ = await _container(request).tasks.create(
+        NewTask(
+            context_id=body.context_id,
+            agent_slug=body.agent_slug,
+            prompt=body.prompt,
+            policy=body.policy.model_dump(),
+            desired_format=body.desired_format,
+            max_attempts=body.max_attempts,
+            priority=body.priority,
+        )
+    )
+    return _notice(f"Task {task.id[:8]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+
+
+@router.post("/tasks/{task_id}/cancel")
+async def cancel_task(request: Request, task_id: str) -> Response:
+    task = await _container(request).tasks.cancel(task_id)
+    said = (
+        "cancel requested" if task.cancel_requested and task.status != "cancelled" else "cancelled"
+    )
+    return _notice(f"Task {task.id[:8]}: {said}.")
+
+
+@router.post("/tasks/{task_id}/requeue")
+async def requeue_task(request: Request, task_id: str) -> Response:
+    task = await _container(request).tasks.requeue(task_id)
+    return _notice(f"Task {task.id[:8]} is queued again.")
+
+
+@router.post("/tasks/{task_id}/again")
+async def run_again(request: Request, task_id: str) -> Response:
+    """A new task with the same prompt, context, agent and policy (the old one stays as it is)."""
+    tasks = _container(request).tasks
+    old = await tasks.get(task_id)
+    task, _ = await tasks.create(
+        NewTask(
+            context_id=old.context_id,
+            agent_slug=old.agent_slug,
+            prompt=old.prompt,
+            context_hints=list(old.context_hints),
+            policy=dict(old.policy),
+            desired_format=old.desired_format,
+            max_attempts=old.max_attempts,
+            priority=old.priority,
+        )
+    )
+    return _notice(f"Task {task.id[:8]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+
+
+# ---- workers ----
+
+
+@router.post("/workers")
+async def register_worker(request: Request) -> Response:
+    """The reference's "Register node": known by name and agent URL, status unknown until it
+    reports, so nothing is leased to it before then."""
+    form = await _form(request)
+    body = _parse(
+        RegisterWorkerBody,
+        {"name": form.get("name", "").strip(), "url": form.get("url", "").strip() or None},
+    )
+    worker, created = await _container(request).workers.register(
+        Registration(name=body.name, url=body.url, status=WorkerStatus.UNKNOWN)
+    )
+    return _notice(f"Worker {worker.id} {'registered' if created else 'updated'}.")
+
+
+@router.post("/workers/{worker_id}/remove")
+async def remove_worker(request: Request, worker_id: str) -> Response:
+    await _container(request).workers.remove(worker_id)
+    return _notice(f"Worker {worker_id} removed; its leases ended.")
+
+
+# ---- membridge ----
+
+
+@router.post("/membridge/config")
+async def save_membridge(request: Request) -> Response:
+    form = await _form(request)
+    config = _container(request).config
+    current = await config.get()
+    body = _parse(
+        ConfigBody,
+        {
+            "membridge_server_url": form.get("membridge_server_url", "").strip()
+            or current.membridge_server_url,
+            "admin_key": form.get("admin_key", ""),
+        },
+    )
+    saved = await config.update(str(body.membridge_server_url).rstrip("/"), body.admin_key)
+    return _notice(f"Saved: Membridge at {saved.membridge_server_url}.")
+
+
+@router.post("/membridge/test")
+async def test_membridge(request: Request) -> Response:
+    tested = await _container(request).membridge.test_connection()
+    if not tested.get("connected"):
+        return _notice(f"Not connected: {tested.get('error') or 'no answer'}", kind="error")
+    health = tested.get("health")
+    version = health.get("version") if isinstance(health, dict) else None
+    return _notice(f"Connected: Membridge {version or '(version not given)'}.")
+
+
+@router.post("/membridge/projects/{cid}/promote")
+async def promote_primary(request: Request, cid: str) -> Response:
+    form = await _form(request)
+    body = {
+        "primary_node_id": form.get("primary_node_id", "").strip(),
+        "lease_seconds": _number(form, "lease_seconds", 3600),
+    }
+    path = f"/projects/{quote(cid, safe='')}/leadership/select"
+    answer = await _container(request).membridge.select_leadership(path, cid, body)
+    if answer.status >= 400:
+        return JSON(answer.body, status_code=answer.status)
+    return _notice(f"{body['primary_node_id']} is now the primary of {cid}.")
+
+
+# ---- settings (admin: the route rules say so) ----
+
+
+@router.post("/settings/keys")
+async def create_key(request: Request) -> Response:
+    form = await _form(request)
+    role = form.get("role", "")
+    if role not in set(Role):
+        raise Invalid("role: must be viewer, worker or admin")
+    name = form.get("name", "").strip()
+    if not name or len(name) > 200:
+        raise Invalid("name: required, at most 200 characters")
+    made = await _container(request).credentials.create_key(
+        name, Role(role), form.get("worker_id", "").strip() or None
+    )
+    return fragment("parts/new_key.html", {"made": made}, headers=CHANGED)
+
+
+@router.post("/settings/keys/{key_id}/revoke")
+async def revoke_key(request: Request, key_id: str) -> Response:
+    key = await _container(request).credentials.revoke_key(key_id)
+    return _notice(f"Key {key.name} ({key.prefix}…) revoked.")
+
+
+@router.post("/settings/users")
+async def create_user(request: Request) -> Response:
+    form = await _form(request)
+    role = form.get("role", "viewer")
+    username = form.get("username", "").strip()
+    if role not in set(Role) or role == Role.WORKER:
+        raise Invalid("role: must be viewer or admin")
+    if not username or len(username) > 100:
+        raise Invalid("username: required, at most 100 characters")
+    user = await _container(request).credentials.create_user(
+        username, form.get("password", ""), Role(role)
+    )
+    return _notice(f"User {user.username} created ({user.role}).")
+
+
+@router.post("/settings/users/{username}/password")
+async def set_password(request: Request, username: str) -> Response:
+    form = await _form(request)
+    role = form.get("role", "viewer")
+    if role not in set(Role) or role == Role.WORKER:
+        raise Invalid("role: must be viewer or admin")
+    user = await _container(request).credentials.set_password(
+        username, form.get("password", ""), Role(role)
+    )
+    return _notice(f"User {user.username}: password set; their other logins have ended.")

@@ -1,0 +1,383 @@
+"""The dashboard's pages: thin GET routes that read through the services and render a template.
+
+Every page has a stable URL (filters in the query string) and may be asked for one of its parts
+(`?part=NAME`), which is how its live regions refresh themselves.
+"""
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import orjson
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, StreamingResponse
+
+from bloom.domain.audit import AuditAction
+from bloom.domain.errors import BadGateway, NotFound, ServiceError
+from bloom.domain.models import Artifact
+from bloom.domain.paging import Cursor
+from bloom.domain.states import TaskStatus, WorkerStatus
+from bloom.runtime.container import Container
+from bloom.runtime.dashboard import charts
+from bloom.runtime.dashboard.templating import render
+from bloom.runtime.services.history import Overview
+from bloom.runtime.services.records import AuditFilter
+from bloom.runtime.services.tasks import TaskFilter
+
+router = APIRouter(include_in_schema=False)
+
+PAGE_SIZE = 50
+INLINE_BYTES = 64 * 1024
+"""An artifact's content shown inline up to this much; the rest is a download."""
+EXPORT_MAX = 100_000
+EXPORT_PAGE = 500
+WINDOWS = {"hour": (3_600_000, 60_000), "day": (86_400_000, 900_000)}
+LIVE = frozenset({TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING})
+
+Part = Annotated[str | None, Query(max_length=40)]
+Text = Annotated[str | None, Query(max_length=200)]
+
+
+def _container(request: Request) -> Container:
+    built: Container = request.app.state.container
+    return built
+
+
+def _blank(value: str | None) -> str | None:
+    return value.strip() or None if value is not None else None
+
+
+# ---- overview ----
+
+
+@router.get("/")
+async def overview(request: Request, part: Part = None, window: Text = "hour") -> HTMLResponse:
+    c = _container(request)
+    chosen = window if window in WINDOWS else "hour"
+    window_ms, bucket_ms = WINDOWS[chosen]
+    summary = await c.history.overview(window_ms=window_ms, bucket_ms=bucket_ms)
+    recent = await c.tasks.page(TaskFilter(), after=None, limit=8)
+    now = c.clock()
+    context = {
+        "o": summary,
+        "window": chosen,
+        "windows": list(WINDOWS),
+        "throughput": _throughput_chart(summary),
+        "depth": _depth_chart(summary, now),
+        "recent": recent.items,
+    }
+    return render(
+        request, "overview.html", context, now=now, part=part, parts=frozenset({"overview_body"})
+    )
+
+
+def _throughput_chart(summary: Overview) -> charts.Chart:
+    columns = [
+        (b.succeeded, b.failed, f"{b.succeeded} succeeded, {b.failed} failed")
+        for b in summary.throughput
+    ]
+    return charts.stacked_bars(columns, lower="ok", upper="bad")
+
+
+def _depth_chart(summary: Overview, now: int) -> charts.Chart:
+    queued = [(s.at, s.queued) for s in summary.depth]
+    running = [(s.at, s.running) for s in summary.depth]
+    return charts.lines(
+        [("line-queued", queued), ("line-running", running)],
+        start=now - summary.window_ms,
+        end=now,
+    )
+
+
+# ---- tasks ----
+
+
+@router.get("/tasks")
+async def tasks_page(
+    request: Request,
+    part: Part = None,
+    status: Text = None,
+    worker: Text = None,
+    context: Text = None,
+    agent: Text = None,
+    q: Text = None,
+    after: Text = None,
+) -> HTMLResponse:
+    c = _container(request)
+    chosen = TaskStatus(status) if status in set(TaskStatus) else None
+    found = TaskFilter(
+        status=chosen,
+        worker_id=_blank(worker),
+        context_id=_blank(context),
+        agent_slug=_blank(agent),
+        text=_blank(q),
+    )
+    cursor = Cursor.decode(after) if after else None
+    page = await c.tasks.page(found, after=cursor, limit=PAGE_SIZE)
+    counts = await c.tasks.counts()
+    workers = await c.workers.find()
+    now = c.clock()
+    query = {
+        key: value
+        for key, value in {
+            "status": chosen.value if chosen else None,
+            "worker": found.worker_id,
+            "context": found.context_id,
+            "agent": found.agent_slug,
+            "q": found.text,
+        }.items()
+        if value
+    }
+    context_ = {
+        "tasks": page.items,
+        "next_cursor": page.next.encode() if page.next else None,
+        "paged": cursor is not None,
+        "filters": query,
+        "statuses": [s.value for s in TaskStatus],
+        "counts": counts,
+        "total": sum(counts.values()),
+        "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),
+        "default_context": f"ctx-{now}",
+    }
+    return render(
+        request, "tasks.html", context_, now=now, part=part, parts=frozenset({"task_rows"})
+    )
+
+
+@router.get("/tasks/{task_id}")
+async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLResponse:
+    c = _container(request)
+    try:
+        task = await c.tasks.get(task_id)
+    except NotFound:
+        return _error_page(
+            request,
+            c,
+            404,
+            "No such task",
+            f"There is no task '{task_id}'. It may have been mistyped.",
+        )
+    attempts = await c.records.attempts(task_id)
+    results = await c.records.results(task_id)
+    artifacts = await c.records.artifacts(task_id=task_id, limit=50)
+    timeline = await c.records.audit(limit=200, task_id=task_id)
+    context = {
+        "task": task,
+        "live": task.status in LIVE,
+        "policy": json.dumps(task.policy, indent=2, sort_keys=True),
+        "attempts": attempts,
+        "results": results,
+        "result_by_lease": {r.lease_id: r for r in results if r.lease_id},
+        "artifacts": [(a, await _inline(c, a)) for a in artifacts],
+        "timeline": list(reversed(timeline)),
+        "can_cancel": task.status in LIVE,
+        "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
+    }
+    return render(
+        request, "task.html", context, now=c.clock(), part=part, parts=frozenset({"task_detail"})
+    )
+
+
+async def _inline(c: Container, artifact: Artifact) -> str | None:
+    """The start of an artifact's content for the page (JSON pretty-printed), None if it cannot
+    be read now (the download link says why)."""
+    try:
+        content = await c.records.artifact_content(artifact.id)
+        if content.size == 0:
+            return ""
+        last = min(content.size, INLINE_BYTES) - 1
+        chunks = await content.open(0, last)
+        raw = b"".join([chunk async for chunk in chunks])
+    except ServiceError as exc:  # missing, or its store is down: the page still renders
+        return f"({exc.message})"
+    text = raw.decode("utf-8", errors="replace")
+    if content.media_type == "application/json" and content.size <= INLINE_BYTES:
+        try:
+            return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            return text
+    return text
+
+
+# ---- workers ----
+
+
+@router.get("/workers")
+async def workers_page(request: Request, part: Part = None) -> HTMLResponse:
+    c = _container(request)
+    workers = await c.workers.find()
+    leases = await c.records.leases(status="active", limit=200)
+    context = {
+        "workers": workers,
+        "leases": leases,
+        "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),
+    }
+    return render(
+        request,
+        "workers.html",
+        context,
+        now=c.clock(),
+        part=part,
+        parts=frozenset({"worker_rows", "lease_rows"}),
+    )
+
+
+# ---- membridge ----
+
+
+@router.get("/membridge")
+async def membridge_page(request: Request, part: Part = None, project: Text = None) -> HTMLResponse:
+    c = _container(request)
+    config = await c.config.get()
+    projects, problem = await _forwarded(c, "/projects")
+    chosen = _blank(project)
+    leadership: Any = None
+    nodes: Any = None
+    if chosen and problem is None:
+        leadership, problem = await _forwarded(c, f"/projects/{quote(chosen, safe='')}/leadership")
+        nodes, node_problem = await _forwarded(c, f"/projects/{quote(chosen, safe='')}/nodes")
+        problem = problem or node_problem
+    context = {
+        "config": config,
+        "projects": projects if isinstance(projects, list) else [],
+        "problem": problem,
+        "chosen": chosen,
+        "leadership": leadership if isinstance(leadership, dict) else None,
+        "nodes": nodes if isinstance(nodes, list) else [],
+    }
+    return render(
+        request,
+        "membridge.html",
+        context,
+        now=c.clock(),
+        part=part,
+        parts=frozenset({"membridge_projects", "membridge_project"}),
+    )
+
+
+async def _forwarded(c: Container, path: str) -> tuple[Any, str | None]:
+    """Membridge's answer, or None and why it could not be had."""
+    try:
+        answer = await c.membridge.forward("GET", path)
+    except BadGateway as exc:
+        return None, exc.message
+    if answer.status >= 400:
+        body = answer.body if isinstance(answer.body, dict) else {}
+        return None, str(body.get("error") or f"Membridge returned {answer.status}")
+    return answer.body, None
+
+
+# ---- audit ----
+
+
+def _audit_filter(
+    action: str | None, entity_type: str | None, actor: str | None, entity: str | None
+) -> AuditFilter:
+    return AuditFilter(
+        action=_blank(action),
+        entity_type=_blank(entity_type),
+        actor=_blank(actor),
+        entity_id=_blank(entity),
+    )
+
+
+@router.get("/audit")
+async def audit_page(
+    request: Request,
+    part: Part = None,
+    action: Text = None,
+    entity_type: Text = None,
+    actor: Text = None,
+    entity: Text = None,
+    after: Text = None,
+) -> HTMLResponse:
+    c = _container(request)
+    found = _audit_filter(action, entity_type, actor, entity)
+    cursor = Cursor.decode(after) if after else None
+    page = await c.records.audit_page(found, after=cursor, limit=PAGE_SIZE)
+    query = {
+        key: value
+        for key, value in {
+            "action": found.action,
+            "entity_type": found.entity_type,
+            "actor": found.actor,
+            "entity": found.entity_id,
+        }.items()
+        if value
+    }
+    context = {
+        "entries": page.items,
+        "next_cursor": page.next.encode() if page.next else None,
+        "paged": cursor is not None,
+        "filters": query,
+        "actions": sorted(action.value for action in AuditAction),
+        "entity_types": ["task", "lease", "worker", "config", "membridge_project"],
+    }
+    return render(
+        request, "audit.html", context, now=c.clock(), part=part, parts=frozenset({"audit_rows"})
+    )
+
+
+@router.get("/audit/export.jsonl")
+async def audit_export(
+    request: Request,
+    action: Text = None,
+    entity_type: Text = None,
+    actor: Text = None,
+    entity: Text = None,
+) -> StreamingResponse:
+    """The entries the audit page's filters select, as JSON lines, newest first."""
+    c = _container(request)
+    found = _audit_filter(action, entity_type, actor, entity)
+
+    async def lines() -> AsyncIterator[bytes]:
+        cursor: Cursor | None = None
+        sent = 0
+        while sent < EXPORT_MAX:
+            page = await c.records.audit_page(found, after=cursor, limit=EXPORT_PAGE)
+            for entry in page.items:
+                yield orjson.dumps(entry) + b"\n"
+            sent += len(page.items)
+            if page.next is None:
+                return
+            cursor = page.next
+
+    name = f"bloom-audit-{c.clock()}.jsonl"
+    return StreamingResponse(
+        lines(),
+        media_type="application/x-ndjson",
+        headers={
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "Cache-Control": "no-store",
+        },
+    )
+
+
+# ---- settings ----
+
+
+@router.get("/settings")
+async def settings_page(request: Request, part: Part = None) -> HTMLResponse:
+    c = _container(request)
+    context = {
+        "keys": await c.credentials.keys(),
+        "users": await c.credentials.users(),
+        "roles": ["viewer", "worker", "admin"],
+    }
+    return render(
+        request,
+        "settings.html",
+        context,
+        now=c.clock(),
+        part=part,
+        parts=frozenset({"key_rows", "user_rows"}),
+    )
+
+
+def _error_page(
+    request: Request, c: Container, status: int, title: str, message: str
+) -> HTMLResponse:
+    return render(
+        request, "error.html", {"title": title, "message": message}, now=c.clock(), status=status
+    )
