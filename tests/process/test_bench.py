@@ -141,8 +141,8 @@ async def test_bulk_rows_are_the_tasks_the_api_creates(
 def _fill_status(g: int) -> str:
     """The status `bulk_history` gives task number g (1, 2, …)."""
     percent = g % 100
-    bounds = ((70, "completed"), (78, "failed"), (80, "dead"), (83, "cancelled"), (95, "queued"))
-    bounds += ((97, "leased"),)
+    bounds = [(70, "completed"), (78, "failed"), (80, "dead"), (83, "cancelled"), (95, "queued")]
+    bounds.append((97, "leased"))
     return next((name for bound, name in bounds if percent < bound), "running")
 
 
