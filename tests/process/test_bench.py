@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from bloom.bench.dashboard import DashboardOptions, run_dashboard
 from bloom.bench.http import Endpoint, HttpConnection
 from bloom.bench.runner import BenchOptions, run_bench
 from bloom.bench.stats import Latency, percentile
 from bloom.db.database import resolve_database
 from bloom.runtime.container import Container
-from bloom.runtime.services.tasks import NewTask
-from bloom.runtime.storage import bulk
+from bloom.runtime.services.tasks import NewTask, TaskFilter
+from bloom.runtime.storage import bulk, bulk_history
 from bloom.runtime.storage.tables import llm_results, llm_tasks, workers
 
 BLOOM = [sys.executable, "-m", "bloom.cli.main"]
@@ -135,6 +136,97 @@ async def test_bulk_rows_are_the_tasks_the_api_creates(
         assert task_id.int >> 80 == row["created_at"]
         assert (await container.tasks.get(row["id"])).status == "queued"
     assert len({row["context_id"] for row in rows}) == 3
+
+
+def _fill_status(g: int) -> str:
+    """The status `bulk_history` gives task number g (1, 2, …)."""
+    percent = g % 100
+    bounds = [(70, "completed"), (78, "failed"), (80, "dead"), (83, "cancelled"), (95, "queued")]
+    bounds.append((97, "leased"))
+    return next((name for bound, name in bounds if percent < bound), "running")
+
+
+async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path):
+    """Dashboard mode fills the database to the number of tasks asked for, times each read as
+    many times as asked, and reports what each read returned; a second run reuses the fill."""
+    options = DashboardOptions(tasks=400, runs=2, database_url=database_url)
+    report = await run_dashboard(options)
+    assert (report.tasks, report.inserted) == (400, 400)
+    assert report.storage == resolve_database(database_url, tmp_path).kind
+    for timing in report.timings:
+        assert timing.runs == 2
+        assert 0 < timing.median_ms <= timing.p95_ms, timing
+    statuses = [_fill_status(g) for g in range(1, 401)]
+    worker_3 = [
+        g for g in range(1, 401) if g % 16 == 3 and statuses[g - 1] not in ("queued", "cancelled")
+    ]
+    rows = {timing.read: timing.rows for timing in report.timings}
+    assert (
+        rows
+        == {
+            "overview: 1 h, 1-min buckets": 60,
+            "overview: 24 h, 15-min buckets": 96,
+            "tasks: no filter": 50,
+            "tasks: status queued": statuses.count("queued"),  # 48
+            "tasks: status dead (2 %)": statuses.count("dead"),  # 8
+            "tasks: text 'topic 42' (1.1 %)": 1,  # ticket 42 (420… are not filled)
+            "tasks: text matching 1 task": 1,
+            "tasks: deep cursor (middle)": 50,
+            "tasks: deep cursor, status failed": statuses[:199].count("failed"),  # older than 200
+            "tasks: worker": min(len(worker_3), 50),
+            "tasks: context": 1,
+            "tasks: counts per status": 7,
+            "audit: no filter": 50,
+            "audit: one task's entries": 3,  # task 200: created, leased, completed
+        }
+    )
+    again = await run_dashboard(options)
+    assert (again.tasks, again.inserted) == (400, 0)
+
+
+async def test_history_fill_holds_what_a_runtime_would(
+    container: Container, database_url: str, tmp_path: Path
+):
+    """The dashboard fill's tasks, leases, results and samples read back through the services
+    as a served runtime's would: statuses by the documented shares, every attempted task's
+    lease its current one, a result per ended task, UUIDv7 ids of their creation time."""
+    target = resolve_database(database_url, tmp_path)
+    now = container.history.clock()
+    assert bulk_history.fill_history(target, 300, now_ms=now) == 300
+    assert bulk_history.fill_history(target, 300, now_ms=now) == 0
+    bulk_history.settle(target)
+    assert await container.tasks.counts() == {
+        "queued": 36,
+        "leased": 6,
+        "running": 9,
+        "completed": 210,
+        "failed": 24,
+        "dead": 6,
+        "cancelled": 9,
+    }
+    page = await container.tasks.page(TaskFilter(), after=None, limit=500)
+    assert len(page.items) == 300
+    for task in page.items:
+        assert uuid.UUID(task.id).int >> 80 == task.created_at
+        attempts = await container.records.attempts(task.id)
+        results = await container.records.results(task.id)
+        attempted = task.status not in ("queued", "cancelled")
+        assert [lease.id for lease in attempts] == ([task.lease_id] if attempted else [])
+        ended = task.status in ("completed", "failed", "dead")
+        assert [r.status for r in results] == (
+            ["success" if task.status == "completed" else "error"] if ended else []
+        )
+        assert all(r.completed_at == task.updated_at < now for r in results)
+        in_flight = task.status in ("leased", "running")
+        assert [lease.status for lease in attempts] == (
+            ["active" if in_flight else "released"] if attempted else []
+        )
+    # the tasks span two days; samples, the day before the fill
+    overview = await container.history.overview(window_ms=3 * 86_400_000, bucket_ms=3_600_000)
+    assert overview.active_leases == 15
+    assert sum(b.succeeded + b.failed for b in overview.throughput) == 240
+    assert len(overview.depth) == 24 * 60
+    assert overview.failure_rate == pytest.approx(30 / 240)
 
 
 async def test_http_client_handles_204_chunked_and_a_closed_connection():

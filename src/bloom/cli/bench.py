@@ -4,6 +4,7 @@ import asyncio
 import signal
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Annotated, Any
 
 import orjson
@@ -12,6 +13,7 @@ import uvloop
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+from bloom.bench import dashboard as dashboard_mode
 from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
@@ -70,6 +72,18 @@ def bench(
     claims: Annotated[
         int, typer.Option(min=1, help="Depth mode: claims timed at each depth.")
     ] = 300,
+    dashboard: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Dashboard mode: fill the database to this many tasks (with their leases, "
+            "results and audit entries) and time the dashboard's reads in-process, instead of "
+            "running cycles. --database-url as for the server (default: a temp SQLite file).",
+        ),
+    ] = None,
+    runs: Annotated[
+        int, typer.Option(min=1, help="Dashboard mode: timed calls of each read.")
+    ] = 30,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -82,11 +96,18 @@ def bench(
 
     Depth mode (--depth 1000,100000): claim latency with that many tasks queued.
 
+    Dashboard mode (--dashboard 100000): the dashboard's reads at that many tasks.
+
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
 
     See docs/benchmarks.md.
     """
     err = Console(stderr=True)
+    if dashboard is not None:
+        if url or depth:
+            raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
+        _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
+        return
     options = BenchOptions(
         workers=workers,
         duration=duration,
@@ -119,6 +140,29 @@ def bench(
     report = result.cycle or result.depth
     if report is not None and report.errors:
         raise typer.Exit(1)
+
+
+def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_output: bool) -> None:
+    """Dashboard mode: fill, time the reads, print the figures (on uvloop, as the server runs)."""
+    try:
+        with _progress(err, BenchOptions(depths=[options.tasks])) as progress:
+            task = progress.add_task(f"filling to {options.tasks:,} tasks", total=None)
+
+            def advance(done: int, missing: int) -> None:
+                progress.update(task, completed=done, total=missing)
+
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                report = runner.run(dashboard_mode.run_dashboard(replace(options, on_fill=advance)))
+    except DatabaseUrlError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except KeyboardInterrupt:
+        err.print("bench interrupted")
+        raise typer.Exit(130) from None
+    if json_output:
+        as_text = orjson.dumps(dashboard_mode.as_json(report), option=orjson.OPT_INDENT_2)
+        typer.echo(as_text.decode())
+    else:
+        dashboard_mode.render(report, Console())
 
 
 def _run(options: BenchOptions, progress: Progress) -> BenchResult:

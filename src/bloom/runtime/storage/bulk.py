@@ -46,7 +46,8 @@ class QueueTooDeep(ValueError):
 
 
 @contextmanager
-def _connect(target: DatabaseTarget) -> Iterator[Connection]:
+def connect(target: DatabaseTarget) -> Iterator[Connection]:
+    """A synchronous connection of its own (NullPool), JSON written with orjson."""
     options: dict[str, Any] = {"poolclass": NullPool, "json_serializer": _json}
     if target.kind is StorageKind.SQLITE:
         options["connect_args"] = {"timeout": 30}  # the server may hold the write lock briefly
@@ -64,7 +65,7 @@ def _json(value: Any) -> str:
 
 def count_queued(target: DatabaseTarget) -> int:
     """How many tasks are queued now."""
-    with _connect(target) as conn:
+    with connect(target) as conn:
         stmt = select(func.count()).select_from(llm_tasks).where(llm_tasks.c.status == "queued")
         return int(conn.execute(stmt).scalar_one())
 
@@ -79,7 +80,7 @@ def fill_queue(target: DatabaseTarget, total: int, progress: Progress | None = N
     last_ms = 0
     if progress is not None:
         progress(0, missing)
-    with _connect(target) as conn:
+    with connect(target) as conn:
         while done < missing:
             rows = min(CHUNK_ROWS, missing - done)
             last_ms = max(time.time_ns() // 1_000_000, last_ms + 1)
@@ -95,7 +96,7 @@ def settle(target: DatabaseTarget) -> None:
     """Make the filled table look like one that grew in service, so claims measure the depth
     and not the fill: refresh planner statistics (stale ones pick sequential scans, DESIGN.md
     §6) and, on SQLite, checkpoint the write-ahead log the bulk insert left behind."""
-    with _connect(target) as conn:
+    with connect(target) as conn:
         if target.kind is StorageKind.POSTGRESQL:
             with conn.begin():
                 conn.execute(text("ANALYZE llm_tasks"))
@@ -106,26 +107,54 @@ def settle(target: DatabaseTarget) -> None:
         conn.commit()
 
 
+def series(kind: StorageKind, rows: int) -> Select[Any]:
+    """`rows` rows numbered 1..rows (column `i`), each with `tail`: random hex for the rest of a
+    UUIDv7 after its version digit (`random_tail`)."""
+    tail = random_tail(kind).label("tail")
+    if kind is StorageKind.POSTGRESQL:
+        numbers = func.generate_series(1, rows).table_valued("i").render_derived(name="seq")
+        return select(numbers.c.i, tail).select_from(numbers)
+    seq = select(literal(1, Integer).label("i")).cte("seq", recursive=True)
+    seq = seq.union_all(select((seq.c.i + 1).label("i")).where(seq.c.i < rows))
+    return select(seq.c.i, tail).select_from(seq)
+
+
+def random_tail(kind: StorageKind) -> ColumnElement[str]:
+    """Random hex for a UUIDv7 after its version digit, new per row: 'xxx-Vxxx-xxxxxxxxxxxx'
+    (V the variant)."""
+    if kind is StorageKind.POSTGRESQL:
+        # gen_random_uuid()::text is 'xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx': keep from char 16 on
+        tail: ColumnElement[str] = func.substr(cast(func.gen_random_uuid(), Text), 16)
+        return tail
+    printed: ColumnElement[str] = func.printf(
+        "%03x-%x%03x-%012x",
+        func.random().op("&")(0xFFF),
+        8 + func.random().op("&")(0x3),
+        func.random().op("&")(0xFFF),
+        func.random().op("&")(0xFFFFFFFFFFFF),
+    )
+    return printed
+
+
+def uuid7(kind: StorageKind, ms: ColumnElement[int], tail: ColumnElement[str]) -> Any:
+    """A UUIDv7 made in SQL: 48 bits of the milliseconds `ms`, version 7, then `tail` (random hex
+    from `series` or `random_tail`)."""
+    high, low = ms // 0x10000, ms % 0x10000
+    if kind is StorageKind.POSTGRESQL:
+        prefix: Any = (
+            func.lpad(func.to_hex(high), 8, "0")
+            .concat("-")
+            .concat(func.lpad(func.to_hex(low), 4, "0"))
+        )
+    else:
+        prefix = func.printf("%08x-%04x", high, low)
+    return prefix.concat("-7").concat(tail)
+
+
 def _insert_chunk(kind: StorageKind, rows: int, now_ms: int) -> Any:
     # UUIDv7: 48 bits of milliseconds, version 7, then random bits (with the variant bits).
     prefix = f"{now_ms >> 16:08x}-{now_ms & 0xFFFF:04x}-7"
-    source: Select[Any]
-    if kind is StorageKind.POSTGRESQL:
-        series = func.generate_series(1, rows).table_valued("i").render_derived(name="seq")
-        # gen_random_uuid()::text is 'xxxxxxxx-xxxx-4xxx-Vxxx-xxxxxxxxxxxx': keep from char 16 on
-        tail: ColumnElement[str] = func.substr(cast(func.gen_random_uuid(), Text), 16)
-        source = select(series.c.i, tail.label("tail")).select_from(series)
-    else:
-        seq = select(literal(1, Integer).label("i")).cte("seq", recursive=True)
-        seq = seq.union_all(select((seq.c.i + 1).label("i")).where(seq.c.i < rows))
-        tail = func.printf(
-            "%03x-%x%03x-%012x",
-            func.random().op("&")(0xFFF),
-            8 + func.random().op("&")(0x3),
-            func.random().op("&")(0xFFF),
-            func.random().op("&")(0xFFFFFFFFFFFF),
-        )
-        source = select(seq.c.i, tail.label("tail")).select_from(seq)
+    source = series(kind, rows)
     row = source.subquery("gen")
     values = select(
         literal(prefix, Text).concat(row.c.tail),

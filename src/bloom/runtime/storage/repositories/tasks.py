@@ -238,7 +238,7 @@ class TaskRepository(Repository):
     ) -> list[Task]:
         """Up to `limit` tasks, newest first, older than `after`: those whose columns equal
         `equal` (status, worker_id, context_id, agent_slug) and, with `text`, whose prompt holds
-        it (any case) or whose id starts with it."""
+        it (in any ASCII case) or whose id starts with it."""
         params: dict[str, Any] = {f"b_{name}": value for name, value in equal.items()}
         params["b_limit"] = limit
         if text is not None:
