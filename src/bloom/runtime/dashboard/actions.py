@@ -120,7 +120,7 @@ async def create_task(request: Request) -> Response:
             priority=body.priority,
         )
     )
-    return _notice(f"Task {task.id[:8]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+    return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
 
 
 @router.post("/tasks/{task_id}/cancel")
@@ -129,13 +129,13 @@ async def cancel_task(request: Request, task_id: str) -> Response:
     said = (
         "cancel requested" if task.cancel_requested and task.status != "cancelled" else "cancelled"
     )
-    return _notice(f"Task {task.id[:8]}: {said}.")
+    return _notice(f"Task {task.id[-8:]}: {said}.")
 
 
 @router.post("/tasks/{task_id}/requeue")
 async def requeue_task(request: Request, task_id: str) -> Response:
     task = await _container(request).tasks.requeue(task_id)
-    return _notice(f"Task {task.id[:8]} is queued again.")
+    return _notice(f"Task {task.id[-8:]} is queued again.")
 
 
 @router.post("/tasks/{task_id}/again")
@@ -155,7 +155,7 @@ async def run_again(request: Request, task_id: str) -> Response:
             priority=old.priority,
         )
     )
-    return _notice(f"Task {task.id[:8]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+    return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
 
 
 # ---- workers ----

@@ -174,9 +174,8 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "can_cancel": task.status in LIVE,
         "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
     }
-    return render(
-        request, "task.html", context, now=c.clock(), part=part, parts=frozenset({"task_detail"})
-    )
+    parts = frozenset({"task_detail", "task_record"})
+    return render(request, "task.html", context, now=c.clock(), part=part, parts=parts)
 
 
 async def _inline(c: Container, artifact: Artifact) -> str | None:

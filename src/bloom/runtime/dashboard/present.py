@@ -65,7 +65,9 @@ def size(n: int | None) -> str:
 
 
 def short(identifier: str | None, length: int = 8) -> str:
-    return (identifier or "")[:length]
+    """An id's last characters: ids are UUIDv7, whose head is the time (alike for ids made
+    together) and whose tail is random."""
+    return (identifier or "")[-length:]
 
 
 def clip(text: str | None, length: int = 80) -> str:

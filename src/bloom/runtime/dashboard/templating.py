@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from bloom import __version__
+from bloom.domain.errors import NotFound
 from bloom.domain.identity import Identity, Kind, Role
 from bloom.runtime.dashboard import present
 from bloom.runtime.login import Login
@@ -105,8 +106,10 @@ def render(
     status: int = 200,
     parts: frozenset[str] = frozenset(),
 ) -> HTMLResponse:
-    """The page, or the part of it named by `part` when the page has such a part."""
-    name = f"parts/{part}.html" if part in parts else template
+    """The page, or the part of it named by `part` (404 for a part the page does not have)."""
+    if part is not None and part not in parts:  # never the whole page where a part goes
+        raise NotFound(f"This page has no part '{part}'")
+    name = template if part is None else f"parts/{part}.html"
     full = {
         "request": request,
         "part_url": lambda name: part_url(request, name),

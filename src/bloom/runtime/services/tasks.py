@@ -22,7 +22,7 @@ RUNS_LIMIT = 50
 @dataclass(frozen=True, slots=True)
 class TaskFilter:
     """Which tasks a page lists; None matches anything. `text` matches the prompt (a substring,
-    any case) or the id (a prefix)."""
+    any case) or the id (any part of it: the dashboard shows an id's tail)."""
 
     status: TaskStatus | None = None
     worker_id: str | None = None

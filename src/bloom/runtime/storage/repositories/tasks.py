@@ -93,7 +93,7 @@ def _page_statement(kind: str, equal: frozenset[str], text: bool, after: bool) -
         stmt = stmt.where(
             or_(
                 prompt.ilike(bindparam("b_contains"), escape=LIKE_ESCAPE),
-                t.c.id.like(bindparam("b_prefix"), escape=LIKE_ESCAPE),
+                t.c.id.like(bindparam("b_id_part"), escape=LIKE_ESCAPE),
             )
         )
     if after:
@@ -238,13 +238,13 @@ class TaskRepository(Repository):
     ) -> list[Task]:
         """Up to `limit` tasks, newest first, older than `after`: those whose columns equal
         `equal` (status, worker_id, context_id, agent_slug) and, with `text`, whose prompt holds
-        it (in any ASCII case) or whose id starts with it."""
+        it (in any ASCII case) or whose id does (a shown short id is the id's tail)."""
         params: dict[str, Any] = {f"b_{name}": value for name, value in equal.items()}
         params["b_limit"] = limit
         if text is not None:
             literal = like_literal(text)
             params["b_contains"] = f"%{literal}%"
-            params["b_prefix"] = f"{literal.lower()}%"
+            params["b_id_part"] = f"%{literal.lower()}%"
         if after is not None:
             params["b_at"], params["b_after_id"] = after.at, after.id
         stmt = _page_statement(self.kind, frozenset(equal), text is not None, after is not None)
