@@ -178,6 +178,14 @@ async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path
             "tasks: counts per status": 7,
             "audit: no filter": 50,
             "audit: one task's entries": 3,  # task 200: created, leased, completed
+            # the pages: table rows, a header row each
+            "page: / (overview, last hour)": 1 + 8,  # the recent tasks
+            "page: /?window=day": 1 + 8,
+            "page: /tasks": 1 + 50,
+            "page: /tasks?status=queued": 1 + statuses.count("queued"),
+            "page: /tasks, deep cursor (middle)": 1 + 50,
+            "page: /tasks/{id}": 1 + 1,  # task 200's one attempt
+            "page: /audit": 1 + 50,
         }
     )
     again = await run_dashboard(options)

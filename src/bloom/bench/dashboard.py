@@ -7,6 +7,10 @@ inserted), settled like one that grew in service, then each read is called throu
 own services (its container, as `bloom runtime serve` builds it, without HTTP) a few times to
 warm up and `runs` times timed. The figures are server time: the service call, its SQL and the
 driver's round trips, with no HTTP or JSON in front.
+
+Then the dashboard's pages themselves (`page: …` rows) are asked of the runtime's app in-process
+(httpx's ASGI transport, lifespan and middleware and all): what a page costs the server from the
+request to its last byte, rendering included, with no socket in front.
 """
 
 import asyncio
@@ -19,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -29,6 +34,7 @@ from bloom.domain.clock import system_clock
 from bloom.domain.history import Overview
 from bloom.domain.paging import Cursor, Page
 from bloom.domain.states import TaskStatus
+from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.records import AuditFilter
 from bloom.runtime.services.tasks import TaskFilter
@@ -100,6 +106,7 @@ async def run_dashboard(options: DashboardOptions) -> DashboardReport:
             timings = [await _time(name, read, options.runs) for name, read in reads.items()]
         finally:
             await container.close()
+        timings += await _time_pages(settings, Cursor(*middle), options.runs)
     return DashboardReport(
         tasks=options.tasks,
         inserted=inserted,
@@ -145,6 +152,37 @@ def _reads(container: Container, tasks: int, middle: Cursor) -> dict[str, Read]:
     }
 
 
+PAGES = {
+    "page: / (overview, last hour)": "/",
+    "page: /?window=day": "/?window=day",
+    "page: /tasks": "/tasks",
+    "page: /tasks?status=queued": "/tasks?status=queued",
+    "page: /tasks, deep cursor (middle)": "/tasks?after={cursor}",
+    "page: /tasks/{id}": "/tasks/{task}",
+    "page: /audit": "/audit",
+}
+
+
+async def _time_pages(settings: RuntimeSettings, middle: Cursor, runs: int) -> list[Timing]:
+    """The pages, through the app in-process (no key set: the open development mode); the deep
+    ones at the middle task."""
+    app = create_app(settings.model_copy(update={"membridge_retries": 0}))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+            values = {"task": middle.id, "cursor": middle.encode()}
+
+            def get(path: str) -> Read:
+                async def read() -> httpx.Response:
+                    answer = await client.get(path.format(**values))
+                    answer.raise_for_status()
+                    return answer
+
+                return read
+
+            return [await _time(name, get(path), runs) for name, path in PAGES.items()]
+
+
 async def _time(name: str, read: Read, runs: int) -> Timing:
     for _ in range(WARMUP_RUNS):
         await read()
@@ -165,6 +203,8 @@ async def _time(name: str, read: Read, runs: int) -> Timing:
 
 
 def _rows(result: Any) -> int:
+    if isinstance(result, httpx.Response):
+        return result.text.count("<tr")
     if isinstance(result, Page):
         return len(result.items)
     if isinstance(result, Overview):

@@ -218,7 +218,7 @@ async def workers_page(request: Request, part: Part = None) -> HTMLResponse:
         context,
         now=c.clock(),
         part=part,
-        parts=frozenset({"worker_rows", "lease_rows"}),
+        parts=frozenset({"worker_stats", "worker_rows", "lease_rows"}),
     )
 
 
