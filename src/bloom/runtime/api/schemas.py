@@ -33,6 +33,7 @@ from bloom.runtime.services.events import (
     EventDataError,
     serialise_data,
 )
+from bloom.runtime.services.tasks import NewTask
 from bloom.web.guards import contains_nul
 
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
@@ -79,6 +80,21 @@ class CreateTaskBody(Body):
         max_length=200,
         description="Same key, same request: the task created the first time (200, not 201).",
     )
+
+    def new_task(self, idempotency_key: str | None = None) -> NewTask:
+        """The validated request, for the task service (the key: this body's, else the one
+        given, such as the Idempotency-Key header's)."""
+        return NewTask(
+            context_id=self.context_id,
+            agent_slug=self.agent_slug,
+            prompt=self.prompt,
+            context_hints=self.context_hints,
+            policy=self.policy.model_dump(),
+            desired_format=self.desired_format,
+            max_attempts=self.max_attempts,
+            priority=self.priority,
+            idempotency_key=self.idempotency_key or idempotency_key,
+        )
 
 
 class LeaseBody(Body):

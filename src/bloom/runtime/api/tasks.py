@@ -9,7 +9,6 @@ from bloom.domain.states import TaskStatus
 from bloom.runtime.api.deps import Tasks
 from bloom.runtime.api.schemas import CreateTaskBody
 from bloom.runtime.http import JSON, invalid
-from bloom.runtime.services.tasks import NewTask
 
 router = APIRouter(prefix="/api/runtime", tags=["tasks"])
 MAX_PAGE = 5000
@@ -28,22 +27,9 @@ async def create_task(
     tasks: Tasks,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JSON:
-    key = body.idempotency_key or idempotency_key
     if body.idempotency_key and idempotency_key and body.idempotency_key != idempotency_key:
         return invalid("Idempotency-Key header and idempotency_key differ", "idempotency_key")
-    task, created = await tasks.create(
-        NewTask(
-            context_id=body.context_id,
-            agent_slug=body.agent_slug,
-            prompt=body.prompt,
-            context_hints=body.context_hints,
-            policy=body.policy.model_dump(),
-            desired_format=body.desired_format,
-            max_attempts=body.max_attempts,
-            priority=body.priority,
-            idempotency_key=key,
-        )
-    )
+    task, created = await tasks.create(body.new_task(idempotency_key))
     return JSON(task, status_code=201 if created else 200)
 
 

@@ -109,17 +109,7 @@ async def create_task(request: Request) -> Response:
             },
         },
     )
-    task, _ = await _container(request).tasks.create(
-        NewTask(
-            context_id=body.context_id,
-            agent_slug=body.agent_slug,
-            prompt=body.prompt,
-            policy=body.policy.model_dump(),
-            desired_format=body.desired_format,
-            max_attempts=body.max_attempts,
-            priority=body.priority,
-        )
-    )
+    task, _ = await _container(request).tasks.create(body.new_task())
     return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
 
 
