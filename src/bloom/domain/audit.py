@@ -18,6 +18,8 @@ class AuditAction(StrEnum):
     TASK_CANCELLED = "task_cancelled"
     TASK_CANCEL_REQUESTED = "task_cancel_requested"
     TASK_REQUEUED = "task_requeued"
+    TASK_DISPATCHED = "task_dispatched"
+    DISPATCH_FAILED = "dispatch_failed"
     LEASE_EXPIRED = "lease_expired"
     WORKER_REGISTERED = "worker_registered"
     WORKER_UPDATED = "worker_updated"

@@ -4,6 +4,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import httpx
+
 from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
 from bloom.clients.membridge import MembridgeClient
 from bloom.db.database import Database, StorageKind, resolve_database
@@ -17,6 +19,7 @@ from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.history import HistoryService
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
@@ -64,6 +67,7 @@ class Container:
     membridge: MembridgeService
     worker_sync: WorkerSync
     history: HistoryService
+    dispatcher: Dispatcher
     loops: list[Loop] = field(default_factory=list)
     clock: Clock = system_clock
     started_at: float = field(default_factory=time.monotonic)
@@ -73,6 +77,8 @@ class Container:
         return time.monotonic() - self.started_at
 
     async def close(self) -> None:
+        await self.dispatcher.close()
+        await self.dispatcher.http.aclose()
         await self.membridge_client.close()
         for store in self.records.stores.values():
             await store.close()
@@ -159,12 +165,13 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     worker_sync = WorkerSync(
         db, client, signal, clock, live_ms=int(settings.worker_live_sec * 1000)
     )
+    leases = LeaseService(db, signal, clock, lease_settings)
     container = Container(
         settings=settings,
         db=db,
         signal=signal,
         tasks=TaskService(db, signal, clock),
-        leases=LeaseService(db, signal, clock, lease_settings),
+        leases=leases,
         attempts=AttemptService(db, signal, clock, stores[settings.artifact_store], retry),
         workers=WorkerService(db, signal, clock),
         config=config,
@@ -179,6 +186,18 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         membridge=MembridgeService(db, client, config, clock),
         worker_sync=worker_sync,
         history=HistoryService(db, clock),
+        dispatcher=Dispatcher(
+            db,
+            leases,
+            signal,
+            clock,
+            httpx.AsyncClient(),
+            DispatchSettings(
+                callback_url=settings.callback_url,
+                agent_key=settings.agent_key.get_secret_value(),
+                accept_sec=settings.dispatch_accept_sec,
+            ),
+        ),
         clock=clock,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))

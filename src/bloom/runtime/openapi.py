@@ -17,6 +17,12 @@ ERRORS: Declared = {
         "409": "The task is not queued, or the worker does not run Claude CLI tasks",
         "503": "No worker (or not the one named) is online with a free slot",
     },
+    ("POST", f"{TASK}/dispatch"): {
+        "409": "The task is not queued",
+        "502": "The agent could not be reached or refused: the task is queued again, its "
+        "attempt not counted (`{dispatched: false, task_id, worker_id, error}`)",
+        "503": "No worker with an agent URL (or not the one named) is online with a free slot",
+    },
     ("POST", f"{TASK}/heartbeat"): {"403": FOREIGN, "409": LAPSED},
     ("POST", f"{TASK}/complete"): {"403": FOREIGN, "409": LAPSED},
     ("POST", f"{TASK}/events"): {"403": FOREIGN, "409": LAPSED},

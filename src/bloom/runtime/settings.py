@@ -50,6 +50,25 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         SecretStr(""), validation_alias=bloom_env("MEMBRIDGE_ADMIN_KEY", "MEMBRIDGE_ADMIN_KEY")
     )
     environment: str = Field("development", validation_alias=bloom_env("ENV", "NODE_ENV"))
+    public_url: str | None = Field(
+        None,
+        validation_alias=bloom_env("PUBLIC_URL"),
+        description="The runtime's base URL as nodes reach it: the callback address a dispatched "
+        "task carries to its agent. Unset: http://<host>:<port>.",
+    )
+    agent_key: SecretStr = Field(
+        SecretStr(""),
+        validation_alias=bloom_env("AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
+        description="Sent to node agents as X-MEMBRIDGE-AGENT (dispatch, agent management).",
+    )
+    dispatch_accept_sec: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        validation_alias=bloom_env("DISPATCH_ACCEPT_SEC"),
+        description="How long a dispatch waits for the agent to take the task before answering; "
+        "an agent still working by then has accepted it.",
+    )
 
     lease_ttl_sec: int = Field(300, ge=5, le=86_400, validation_alias=bloom_env("LEASE_TTL_SEC"))
     claim_ack_sec: int = Field(
@@ -175,6 +194,14 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     def serving_insecure(self) -> bool:
         """Open to the network because `--insecure` said so (health says it, too)."""
         return self.open_to_network and self.insecure
+
+    @property
+    def callback_url(self) -> str:
+        """Where a node's agent reports a dispatched task (never the caller's Host header)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without an API key, unless `--insecure`."""

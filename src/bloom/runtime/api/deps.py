@@ -10,6 +10,7 @@ from bloom.runtime.container import Container
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.services.dispatch import Dispatcher
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.records import RecordService
@@ -45,6 +46,10 @@ async def _workers(request: Request) -> WorkerService:
 
 async def _config(request: Request) -> ConfigService:
     return app_container(request).config
+
+
+async def _dispatcher(request: Request) -> Dispatcher:
+    return app_container(request).dispatcher
 
 
 async def _records(request: Request) -> RecordService:
@@ -84,6 +89,7 @@ Attempts = Annotated[AttemptService, Depends(_attempts)]
 Workers = Annotated[WorkerService, Depends(_workers)]
 Config = Annotated[ConfigService, Depends(_config)]
 Records = Annotated[RecordService, Depends(_records)]
+Dispatch = Annotated[Dispatcher, Depends(_dispatcher)]
 Events = Annotated[EventService, Depends(_events)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -4,18 +4,20 @@
 from fastapi import APIRouter, Request, Response
 
 from bloom.domain.models import Completion
-from bloom.runtime.api.deps import Attempts, Caller, Leases, acting_worker
+from bloom.runtime.api.deps import Attempts, Caller, Dispatch, Leases, acting_worker
 from bloom.runtime.api.schemas import (
     ClaimBody,
     ClaimReply,
     CompleteBody,
     CompleteReply,
+    DispatchReply,
     HeartbeatBody,
     HeartbeatReply,
     LeaseBody,
     LeaseGrant,
 )
 from bloom.runtime.http import JSON
+from bloom.runtime.services.dispatch import DispatchFailed
 
 router = APIRouter()
 TASKS = "/api/runtime/llm-tasks"
@@ -59,6 +61,32 @@ async def lease_task(task_id: str, leases: Leases, body: LeaseBody | None = None
     body = body or LeaseBody()
     lease, worker = await leases.lease(task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds)
     return JSON(LeaseGrant(lease=lease, worker=worker), status_code=201)
+
+
+@router.post(
+    TASKS + "/{task_id}/dispatch",
+    tags=["leases"],
+    response_model=DispatchReply,
+    summary="Lease a queued task to a node's agent and hand it over (POST /execute-task)",
+)
+async def dispatch_task(task_id: str, dispatcher: Dispatch, body: LeaseBody | None = None) -> JSON:
+    body = body or LeaseBody()
+    try:
+        sent = await dispatcher.dispatch(
+            task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds
+        )
+    except DispatchFailed as exc:
+        failed = {"dispatched": False, "task_id": exc.task_id, "worker_id": exc.worker_id}
+        return JSON(failed | {"error": exc.message}, status_code=502)
+    return JSON(
+        DispatchReply(
+            dispatched=True,
+            task_id=sent.task_id,
+            worker_id=sent.worker_id,
+            lease_id=sent.lease_id,
+            execution=sent.execution,
+        )
+    )
 
 
 @router.post(

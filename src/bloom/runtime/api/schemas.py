@@ -229,6 +229,17 @@ class LeaseGrant:
 
 
 @dataclass
+class DispatchReply:
+    dispatched: bool
+    task_id: str
+    worker_id: str
+    lease_id: str
+    execution: Any = field(
+        metadata={"description": "The agent's answer; null while it is still working."}
+    )
+
+
+@dataclass
 class ClaimReply:
     lease: Lease
     task: Task

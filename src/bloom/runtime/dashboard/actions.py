@@ -8,6 +8,7 @@ top of the login's CSRF token that `authorize` checks for a logged-in user: so e
 development mode (no API key) no cross-site form can act here.
 """
 
+import contextlib
 from typing import Annotated, Any, TypeVar
 from urllib.parse import quote
 
@@ -17,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
-from bloom.domain.errors import Forbidden, Invalid
+from bloom.domain.errors import Forbidden, Invalid, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
 from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
@@ -109,8 +110,20 @@ async def create_task(request: Request) -> Response:
             },
         },
     )
-    task, _ = await _container(request).tasks.create(body.new_task())
+    container = _container(request)
+    task, _ = await container.tasks.create(body.new_task())
+    if form.get("dispatch") == "on":
+        # a refusal is in the task's timeline (`dispatch_failed`), which the redirect shows
+        with contextlib.suppress(ServiceError):
+            await container.dispatcher.dispatch(task.id)
     return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+
+
+@router.post("/tasks/{task_id}/dispatch")
+async def dispatch_task(request: Request, task_id: str) -> Response:
+    sent = await _container(request).dispatcher.dispatch(task_id)
+    state = "working on it" if sent.execution is None else "answered"
+    return _notice(f"Task {task_id[-8:]} dispatched to {sent.worker_id} ({state}).")
 
 
 @router.post("/tasks/{task_id}/cancel")

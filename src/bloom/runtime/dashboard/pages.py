@@ -138,6 +138,7 @@ async def tasks_page(
         "counts": counts,
         "total": sum(counts.values()),
         "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),
+        "dispatchable": any(w.url and w.status is WorkerStatus.ONLINE for w in workers),
         "default_context": f"ctx-{now}",
     }
     return render(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, NotFound, Unavailable
+from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
 from bloom.domain.ids import new_id
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
@@ -66,9 +66,18 @@ class LeaseService:
         self.settings = settings
 
     async def lease(
-        self, task_id: str, *, worker_id: str | None = None, ttl_sec: int | None = None
+        self,
+        task_id: str,
+        *,
+        worker_id: str | None = None,
+        ttl_sec: int | None = None,
+        pushed: bool = False,
     ) -> tuple[Lease, Worker]:
-        """Lease a queued task to `worker_id`, or to the worker `pick_worker` chooses."""
+        """Lease a queued task to `worker_id`, or to the worker `pick_worker` chooses.
+
+        `pushed`: the runtime hands it to the worker's agent itself (dispatch), so only a worker
+        with an agent URL may take it, and it is delivered already: no claim ever hands it out
+        again."""
         now = self.clock()
         ttl = ttl_sec or self.settings.ttl_sec
         async with self.db.write() as tx:
@@ -77,7 +86,7 @@ class LeaseService:
                 raise NotFound("Task not found")
             if task.status != TaskStatus.QUEUED:
                 raise Conflict(f"Task status is '{task.status}', expected 'queued'")
-            worker = await self._reserve_slot(tx, task, worker_id, now)
+            worker = await self._reserve_slot(tx, task, worker_id, now, need_url=pushed)
             lease = Lease(
                 id=new_id(now),
                 task_id=task.id,
@@ -88,6 +97,7 @@ class LeaseService:
                 status=LeaseStatus.ACTIVE,
                 last_heartbeat=now,
                 context_id=task.context_id,
+                claimed_at=now if pushed else None,
             )
             leased = await tx.tasks.lease_queued(
                 task.id, lease_id=lease.id, worker_id=worker.id, now=now
@@ -99,14 +109,16 @@ class LeaseService:
         return lease, replace(worker, active_leases=worker.active_leases + 1)
 
     async def _reserve_slot(
-        self, tx: Repositories, task: Task, worker_id: str | None, now: int
+        self, tx: Repositories, task: Task, worker_id: str | None, now: int, *, need_url: bool
     ) -> Worker:
-        """Lock and return a worker with a free slot for `task`, not paused at `now`, or raise
-        Unavailable."""
+        """Lock and return a worker with a free slot for `task`, not paused at `now` (and with an
+        agent URL when `need_url`), or raise Unavailable (Invalid: the named one has no URL)."""
         if worker_id is not None:
             locked = await tx.workers.lock(worker_id)
             if locked is None:
                 raise Unavailable(NO_WORKER)
+            if need_url and not locked.url:
+                raise Invalid(f'Worker "{worker_id}" has no URL configured')
             worker = await _counted(tx, locked)
             load = _load(worker, worker.active_leases)
             if not load.is_candidate:
@@ -115,7 +127,11 @@ class LeaseService:
                 raise Unavailable(f"Worker '{worker_id}' is paused until {worker.paused_until}")
             return worker
         counts = await tx.leases.active_counts()
-        loads = {w.id: _load(w, counts.get(w.id, 0)) for w in await tx.workers.find()}
+        loads = {
+            w.id: _load(w, counts.get(w.id, 0))
+            for w in await tx.workers.find()
+            if w.url or not need_url
+        }
         sticky = await tx.leases.latest_worker_for_context(task.context_id)
         while (choice := pick_worker(loads.values(), sticky, now)) is not None:
             locked = await tx.workers.lock(choice.id)
