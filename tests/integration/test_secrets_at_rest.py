@@ -82,6 +82,21 @@ async def test_the_admin_key_is_stored_sealed_and_used_in_clear(
     assert stored_admin_key(probe) != raw
 
 
+async def test_an_empty_key_keeps_the_stored_one_and_changes_the_url(
+    http: httpx.AsyncClient, probe: DatabaseProbe
+) -> None:
+    """The reference UI saves `{membridge_server_url, admin_key: ""}` when only the URL is typed."""
+    body = {"membridge_server_url": "http://membridge.local:8000", "admin_key": ADMIN_KEY}
+    assert (await http.post(f"{API}/config", json=body)).status_code == 200
+    sealed = stored_admin_key(probe)
+    moved = {"membridge_server_url": "http://elsewhere:8000", "admin_key": ""}
+    saved = await http.post(f"{API}/config", json=moved)
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["admin_key_masked"] == "mb-a****cret"
+    assert stored_admin_key(probe) == sealed
+    assert await credentials(http) == ("http://elsewhere:8000", ADMIN_KEY)
+
+
 async def test_a_plain_text_key_from_before_is_read_then_sealed_in_place(
     http: httpx.AsyncClient, probe: DatabaseProbe
 ) -> None:

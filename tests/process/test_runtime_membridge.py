@@ -211,6 +211,50 @@ def test_membridge_agents_become_workers_and_go_offline_when_gone(
         claimer.join(timeout=10)
 
 
+def test_a_reference_agent_that_only_heartbeats_membridge_stays_online(
+    http: httpx.Client, membridge: MembridgeProcess
+) -> None:
+    """The reference's agent registers with the runtime once and then heartbeats only Membridge's
+    `/agent/heartbeat`: it stays online while its heartbeats arrive, goes offline when they stop,
+    and comes back with them. Membridge lists it in `GET /nodes`; the leadership answer carries
+    the reference UI's names."""
+    registered = http.post(
+        f"{API}/workers",
+        json={"name": "ref-node", "url": "http://10.9.9.9:8001", "status": "online"},
+    )
+    assert registered.status_code == 201
+    beating = threading.Event()
+    beating.set()
+    stop = threading.Event()
+    cid = "0123456789abcdef"
+
+    def heartbeat() -> None:
+        with membridge.client() as mb:
+            while not stop.is_set():
+                if beating.is_set():
+                    mb.post("/agent/heartbeat", json={"node_id": "ref-node", "canonical_id": cid})
+                time.sleep(0.5)
+
+    beater = threading.Thread(target=heartbeat, daemon=True)
+    beater.start()
+    try:
+        time.sleep(LIVE_SEC + 2 * SYNC_SEC)
+        assert workers(http)["ref-node"]["status"] == "online"  # past the liveness window
+        with membridge.client() as mb:
+            [seen] = mb.get("/nodes").json()
+            assert (seen["node_id"], seen["projects"]) == ("ref-node", 1)
+            assert seen["last_seen"] > time.time() - 5
+            lead = mb.get(f"/projects/{cid}/leadership").json()
+            assert (lead["primary_node_id"], lead["needs_ui_selection"]) == (None, True)
+        beating.clear()
+        eventually(lambda: workers(http)["ref-node"]["status"] == "offline", within=LIVE_SEC + 4)
+        beating.set()
+        eventually(lambda: workers(http)["ref-node"]["status"] == "online", within=SYNC_SEC * 6)
+    finally:
+        stop.set()
+        beater.join(timeout=10)
+
+
 def test_life_without_membridge_and_the_reconnection(
     http: httpx.Client, membridge: MembridgeProcess, runtime: RuntimeProcess
 ) -> None:

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from bloom.domain.fleet import epoch_ms, gone_quiet, parse_agent
+from bloom.domain.fleet import epoch_ms, gone_quiet, parse_agent, parse_sighting
 from bloom.domain.models import Worker
 from bloom.domain.states import WorkerStatus
 
@@ -121,3 +121,19 @@ def test_gone_quiet_needs_silence_on_both_channels() -> None:
     ]
     quiet = gone_quiet(workers, listed={"listed-now"}, cutoff=cutoff)
     assert [w.id for w in quiet] == ["quiet"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"node_id": "n1", "last_seen": 1_700_000_000.5, "projects": 2}, ("n1", 1_700_000_000_500)),
+        ({"node_id": "n1", "last_seen": 1_700_000_000_500}, ("n1", 1_700_000_000_500)),
+        ({"node_id": "bad/name", "last_seen": 1.0}, None),
+        ({"node_id": "n1"}, None),
+        ({"node_id": 5, "last_seen": 1.0}, None),
+        (["n1"], None),
+    ],
+)
+def test_a_node_sighting_is_read_or_skipped(raw: object, expected: tuple[str, int] | None) -> None:
+    sighting = parse_sighting(raw)
+    assert (None if sighting is None else (sighting.id, sighting.seen_at)) == expected

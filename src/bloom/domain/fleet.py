@@ -69,6 +69,27 @@ def parse_agent(raw: Any) -> Agent | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    """A node's latest heartbeat to Membridge (`GET /nodes`): a sign of life of the worker of
+    the same name, even one that never registered with Membridge (the reference's agent
+    registers with the runtime and only heartbeats Membridge)."""
+
+    id: str
+    seen_at: int
+    """Epoch ms."""
+
+
+def parse_sighting(raw: Any) -> Sighting | None:
+    """Read one entry of Membridge's `GET /nodes`; None when it names no usable worker."""
+    if not isinstance(raw, Mapping):
+        return None
+    name, seen = raw.get("node_id"), epoch_ms(raw.get("last_seen"))
+    if not isinstance(name, str) or not WORKER_ID.fullmatch(name) or seen is None:
+        return None
+    return Sighting(name, seen)
+
+
 def _bounded(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return int(DEFAULT_CAPABILITIES["max_concurrency"])

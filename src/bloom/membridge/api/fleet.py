@@ -8,6 +8,7 @@ from bloom.membridge.api.schemas import (
     HeartbeatReply,
     LeadershipOut,
     NodeOut,
+    NodeSighting,
     SelectBody,
     SelectReply,
 )
@@ -27,6 +28,18 @@ async def heartbeat(body: HeartbeatBody, fleet: Fleet) -> HeartbeatReply:
 
 
 @router.get(
+    "/nodes",
+    response_model=list[NodeSighting],
+    summary="Every node that heartbeats, with its latest heartbeat over all its projects",
+)
+async def list_sightings(fleet: Fleet) -> list[NodeSighting]:
+    return [
+        NodeSighting(node_id=node, last_seen=seen / 1000, projects=projects)
+        for node, seen, projects in await fleet.sightings()
+    ]
+
+
+@router.get(
     "/projects/{canonical_id}/nodes",
     response_model=list[NodeOut],
     summary="The nodes that reported on a project ([] for an unknown one), with their roles",
@@ -43,9 +56,12 @@ async def list_nodes(canonical_id: str, fleet: Fleet) -> list[NodeOut]:
 async def get_leadership(canonical_id: str, fleet: Fleet) -> LeadershipOut:
     view = await fleet.leadership(canonical_id)
     choice = view.choice
+    primary = choice.primary_node_id if choice else None
     return LeadershipOut(
         canonical_id=canonical_id,
-        preferred_primary=choice.primary_node_id if choice else None,
+        preferred_primary=primary,
+        primary_node_id=primary,
+        needs_ui_selection=bool(view.nodes) and not (choice is not None and view.in_force),
         node_count=len(view.nodes),
         nodes=[NodeOut.of(node.node, node.role) for node in view.nodes],
         epoch=choice.epoch if choice else 0,

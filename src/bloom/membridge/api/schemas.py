@@ -181,9 +181,20 @@ class NodeOut(BaseModel):
         )
 
 
+class NodeSighting(BaseModel):
+    node_id: str
+    last_seen: float
+    """Its latest heartbeat (seconds), over every project it reports."""
+    projects: int
+
+
 class LeadershipOut(BaseModel):
     canonical_id: str
     preferred_primary: str | None
+    primary_node_id: str | None
+    """The same, by the name the reference's MinIO lease and UI use."""
+    needs_ui_selection: bool
+    """Nodes report on the project but no primary is in force: an operator must choose."""
     node_count: int
     nodes: list[NodeOut]
     epoch: int

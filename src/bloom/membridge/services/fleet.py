@@ -72,6 +72,11 @@ class FleetService:
             choice = await tx.leadership.get(beat.canonical_id)
         return role_of(beat.node_id, choice, now)
 
+    async def sightings(self) -> list[tuple[str, int, int]]:
+        """Every node that ever heartbeat: (node id, latest heartbeat in epoch ms, projects)."""
+        async with self.db.read() as tx:
+            return await tx.nodes.last_seen()
+
     async def nodes(self, canonical_id: str) -> list[NodeView]:
         return (await self.leadership(canonical_id)).nodes
 

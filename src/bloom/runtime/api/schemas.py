@@ -208,7 +208,9 @@ class AppendEventsBody(Body):
 
 class ConfigBody(Body):
     membridge_server_url: HttpUrl
-    admin_key: StrictStr = Field(min_length=1, max_length=1024)
+    admin_key: StrictStr = Field(
+        max_length=1024, description="Empty: keep the stored key (only the URL changes)."
+    )
 
     @field_validator("membridge_server_url")
     @classmethod

@@ -109,9 +109,11 @@ class ConfigService:
         self, membridge_server_url: str, admin_key: str, actor: str = "admin"
     ) -> RuntimeConfig:
         now = self.clock()
-        sealed = self.box.seal(admin_key, ADMIN_KEY)
+        values = {URL_KEY: membridge_server_url}
+        if admin_key:  # empty: the stored key stays (the reference's form sends "" unless typed)
+            values[ADMIN_KEY] = self.box.seal(admin_key, ADMIN_KEY)
         async with self.db.write() as tx:
-            await tx.settings.put({URL_KEY: membridge_server_url, ADMIN_KEY: sealed})
+            await tx.settings.put(values)
             await tx.audit.add(
                 config_audit(
                     AuditAction.CONFIG_UPDATED,

@@ -8,13 +8,14 @@ and 9 are the reference's failures here).
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
-from bloom.domain.fleet import Agent, gone_quiet, parse_agent
+from bloom.domain.fleet import Agent, Sighting, gone_quiet, parse_agent, parse_sighting
 from bloom.domain.models import Worker
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -29,6 +30,8 @@ class SyncOutcome:
     skipped: int = 0
     discovered: list[str] = field(default_factory=list)
     offline: list[str] = field(default_factory=list)
+    heard: list[str] = field(default_factory=list)
+    """Workers a recent node heartbeat to Membridge was news of."""
 
 
 class WorkerSync:
@@ -50,24 +53,15 @@ class WorkerSync:
         self.timeout_sec = timeout_sec
 
     async def sync_once(self) -> SyncOutcome | None:
-        """One pass; None when Membridge could not give its list (then nothing changes)."""
-        try:
-            response = await self.client.request(
-                "GET", "/agents", retries=1, timeout_sec=self.timeout_sec
-            )
-        except MembridgeUnavailable:
-            return None
-        if response.status_code != 200:
-            return None
-        try:
-            listing = response.json()
-        except ValueError:
-            return None
+        """One pass; None when Membridge could not give its agent list (then nothing changes)."""
+        listing = await self._fetch("/agents")
         raw_agents = listing.get("agents") if isinstance(listing, dict) else listing
         if not isinstance(raw_agents, list):
             return None
         agents = [agent for agent in map(parse_agent, raw_agents) if agent is not None]
-        outcome = await self._apply(agents, self.clock())
+        seen = await self._fetch("/nodes")  # the reference's control plane has none: no sightings
+        sightings = [s for s in map(parse_sighting, seen if isinstance(seen, list) else []) if s]
+        outcome = await self._apply(agents, sightings, self.clock())
         outcome.skipped = len(raw_agents) - len(agents)
         if outcome.skipped:
             log.warning(
@@ -75,13 +69,32 @@ class WorkerSync:
                 count=outcome.skipped,
                 reason="no usable name (letters, digits and ._:@- only, 1..128 characters)",
             )
-        if outcome.discovered:
+        if outcome.discovered or outcome.heard:
             self.signal.changed()
         return outcome
 
-    async def _apply(self, agents: list[Agent], now: int) -> SyncOutcome:
+    async def _fetch(self, path: str) -> Any:
+        """Membridge's JSON answer to `GET path`, or None when it has none to give."""
+        try:
+            response = await self.client.request(
+                "GET", path, retries=1, timeout_sec=self.timeout_sec
+            )
+        except MembridgeUnavailable:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+    async def _apply(self, agents: list[Agent], sightings: list[Sighting], now: int) -> SyncOutcome:
         outcome = SyncOutcome(listed=len(agents))
         async with self.db.write() as tx:
+            recent = (s for s in sightings if s.seen_at >= now - self.live_ms)
+            for sighting in recent:
+                if await tx.workers.heard_through_membridge(sighting.id, sighting.seen_at):
+                    outcome.heard.append(sighting.id)
             for agent in agents:
                 if await tx.workers.insert_new(_discovered(agent, now)):
                     outcome.discovered.append(agent.id)

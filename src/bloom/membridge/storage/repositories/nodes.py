@@ -48,6 +48,11 @@ _NODES_OF = (
     .order_by(n.c.registered_at, n.c.node_id)
 )
 _COUNTS = select(n.c.canonical_id, func.count()).group_by(n.c.canonical_id)
+_LAST_SEEN = (
+    select(n.c.node_id, func.max(n.c.last_seen).label("last_seen"), func.count().label("projects"))
+    .group_by(n.c.node_id)
+    .order_by(n.c.node_id)
+)
 _LEADERSHIP = select(*LEADERSHIP_COLUMNS).where(ld.c.canonical_id == bindparam("b_cid"))
 
 
@@ -60,6 +65,13 @@ class NodeRepository(Repository):
     async def of_project(self, canonical_id: str) -> list[Node]:
         """The project's nodes, oldest registration first."""
         return await self.all(Node, _NODES_OF, {"b_cid": canonical_id})
+
+    async def last_seen(self) -> list[tuple[str, int, int]]:
+        """(node id, its latest heartbeat in epoch ms, how many projects it reports), by id."""
+        return [
+            (str(node), int(seen), int(projects))
+            for node, seen, projects in await self.rows(_LAST_SEEN)
+        ]
 
     async def counts(self) -> dict[str, int]:
         """Number of nodes per canonical id."""

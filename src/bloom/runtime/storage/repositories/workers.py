@@ -89,6 +89,26 @@ _MARK_QUIET = (
     .values(status="offline")
     .returning(w.c.id)
 )
+_HEARD_THROUGH_MEMBRIDGE = (
+    update(w)
+    .where(
+        w.c.id == bindparam("b_id"),
+        func.coalesce(w.c.membridge_seen_at, 0) < bindparam("b_seen"),
+    )
+    .values(
+        membridge_seen_at=bindparam("b_seen"),
+        # alive again, or for the first time: but not against the worker's own later word
+        status=case(
+            (
+                or_(is_state(w.c.status, "offline"), is_state(w.c.status, "unknown"))
+                & (func.coalesce(w.c.last_heartbeat, 0) < bindparam("b_seen")),
+                "online",
+            ),
+            else_=w.c.status,
+        ),
+    )
+    .returning(w.c.id)
+)
 _PAUSE = update(w).where(w.c.id == bindparam("b_id")).values(paused_until=bindparam("b_until"))
 _DELETE = delete(w).where(w.c.id == bindparam("b_id")).returning(w.c.id)
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
@@ -153,6 +173,13 @@ class WorkerRepository(Repository):
         """Set an online worker offline if nothing was heard of it since `cutoff`, directly or
         through Membridge; True when it was set offline."""
         return bool(await self.run(_MARK_QUIET, {"b_id": worker_id, "b_cutoff": cutoff}))
+
+    async def heard_through_membridge(self, worker_id: str, seen_at: int) -> bool:
+        """Note a node heartbeat Membridge received at `seen_at` (epoch ms) from this worker's
+        node: a sign of life, which sets an offline or unknown worker online unless the worker
+        itself spoke later. True when the worker exists and the sighting was news."""
+        params = {"b_id": worker_id, "b_seen": seen_at}
+        return bool(await self.run(_HEARD_THROUGH_MEMBRIDGE, params))
 
     async def pause(self, worker_id: str, until: int) -> None:
         """The worker takes no work before `until` (epoch ms); the pause simply lapses."""
