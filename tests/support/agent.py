@@ -1,7 +1,7 @@
-"""A stand-in node agent (the reference's `membridge-agent` surface, `POST /execute-task`) served
-over real HTTP from a thread: it records what it was sent and answers as a test tells it to,
-after holding the request open for a while if asked (the reference agent answers only when the
-Claude CLI is done)."""
+"""A stand-in node agent (the reference's `membridge-agent` surface: `POST /execute-task`,
+`GET /health`, `POST /self-update`, `/restart`, `/uninstall`) served over real HTTP from a
+thread: it records what it was sent and answers as a test tells it to, after holding the request
+open for a while if asked (the reference agent answers only when the Claude CLI is done)."""
 
 import asyncio
 import threading
@@ -29,8 +29,18 @@ class StandInAgent:
     def __init__(self) -> None:
         self.port = free_port()
         self.answer = Answer()
+        """How `/execute-task` answers."""
+        self.answers: dict[str, Answer] = {}
+        """How the other paths answer (by path; unset: `{"ok": true}`)."""
         self.calls: list[tuple[dict[str, str], Any]] = []
-        app = Starlette(routes=[Route("/execute-task", self._execute, methods=["POST"])])
+        self.other_calls: list[tuple[str, dict[str, str], Any]] = []
+        app = Starlette(
+            routes=[
+                Route("/execute-task", self._execute, methods=["POST"]),
+                Route("/health", self._other, methods=["GET"]),
+                Route("/{action:str}", self._other, methods=["POST"]),
+            ]
+        )
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -42,6 +52,13 @@ class StandInAgent:
     async def _execute(self, request: Request) -> JSONResponse:
         self.calls.append((dict(request.headers), await request.json()))
         answer = self.answer
+        await asyncio.sleep(answer.hold_sec)
+        return JSONResponse(answer.body, status_code=answer.status)
+
+    async def _other(self, request: Request) -> JSONResponse:
+        body = await request.json() if await request.body() else None
+        self.other_calls.append((request.url.path, dict(request.headers), body))
+        answer = self.answers.get(request.url.path, Answer(body={"ok": True}))
         await asyncio.sleep(answer.hold_sec)
         return JSONResponse(answer.body, status_code=answer.status)
 

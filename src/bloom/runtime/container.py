@@ -14,6 +14,7 @@ from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import server_secret
+from bloom.runtime.services.agent_ops import AgentOps
 from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
@@ -68,6 +69,9 @@ class Container:
     worker_sync: WorkerSync
     history: HistoryService
     dispatcher: Dispatcher
+    agents: AgentOps
+    agent_http: httpx.AsyncClient
+    """The client of nodes' agents (dispatch, agent management)."""
     loops: list[Loop] = field(default_factory=list)
     clock: Clock = system_clock
     started_at: float = field(default_factory=time.monotonic)
@@ -78,7 +82,7 @@ class Container:
 
     async def close(self) -> None:
         await self.dispatcher.close()
-        await self.dispatcher.http.aclose()
+        await self.agent_http.aclose()
         await self.membridge_client.close()
         for store in self.records.stores.values():
             await store.close()
@@ -166,6 +170,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         db, client, signal, clock, live_ms=int(settings.worker_live_sec * 1000)
     )
     leases = LeaseService(db, signal, clock, lease_settings)
+    agent_http, agent_key = httpx.AsyncClient(), settings.agent_key.get_secret_value()
     container = Container(
         settings=settings,
         db=db,
@@ -191,13 +196,15 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
             leases,
             signal,
             clock,
-            httpx.AsyncClient(),
+            agent_http,
             DispatchSettings(
                 callback_url=settings.callback_url,
-                agent_key=settings.agent_key.get_secret_value(),
+                agent_key=agent_key,
                 accept_sec=settings.dispatch_accept_sec,
             ),
         ),
+        agents=AgentOps(db, clock, agent_http, agent_key),
+        agent_http=agent_http,
         clock=clock,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))

@@ -9,6 +9,9 @@ from bloom.web.openapi_errors import ZOD_FLATTENED, Declared, document_errors, m
 TASK = "/api/runtime/llm-tasks/{task_id}"
 LAPSED = "The task is not in a state for this, or the lease lapsed"
 FOREIGN = "The lease is held by another worker than the one named (or the caller's key's)"
+WORKER = "/api/runtime/workers/{worker_id}"
+AGENT_ACTIONS = (("GET", "health"), ("POST", "update"), ("POST", "restart"), ("POST", "uninstall"))
+AGENT_FAILED = "The agent could not be reached, refused, or answered `ok: false`"
 ERRORS: Declared = {
     ("POST", "/api/runtime/llm-tasks"): {
         "409": "The idempotency key was used for a different request",
@@ -28,6 +31,17 @@ ERRORS: Declared = {
     ("POST", f"{TASK}/events"): {"403": FOREIGN, "409": LAPSED},
     ("POST", f"{TASK}/cancel"): {"409": "The task has ended"},
     ("POST", f"{TASK}/requeue"): {"409": "The task is neither failed nor dead"},
+    **{
+        (
+            "POST" if action != "health" else "GET",
+            f"/api/runtime/workers/{{worker_id}}/agent-{action}",
+        ): {
+            "400": "The worker has no agent URL",
+            "404": "No such worker",
+            **({} if action == "health" else {"502": AGENT_FAILED}),
+        }
+        for action in ("health", "update", "restart", "uninstall")
+    },
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",
     },

@@ -206,6 +206,14 @@ class AppendEventsBody(Body):
     events: list[EventBody] = Field(max_length=MAX_EVENTS)
 
 
+class AgentUpdateBody(Body):
+    repo_url: StrictStr | None = Field(
+        None,
+        max_length=2048,
+        description="Where the agent updates from (default: the reference's).",
+    )
+
+
 class ConfigBody(Body):
     membridge_server_url: HttpUrl
     admin_key: StrictStr = Field(

@@ -4,8 +4,9 @@ from dataclasses import fields
 
 from fastapi import APIRouter
 
-from bloom.runtime.api.deps import Caller, Workers, acting_worker
+from bloom.runtime.api.deps import AppContainer, Caller, Workers, acting_worker
 from bloom.runtime.api.schemas import (
+    AgentUpdateBody,
     RegisterWorkerBody,
     Removed,
     WorkerDetail,
@@ -49,6 +50,28 @@ async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Ca
         )
     )
     return JSON(worker, status_code=201 if created else 200)
+
+
+@router.get("/{worker_id}/agent-health", summary="Ask the worker's agent how it is (refreshes it)")
+async def agent_health(worker_id: str, container: AppContainer) -> JSON:
+    return JSON(await container.agents.health(worker_id))
+
+
+@router.post("/{worker_id}/agent-update", summary="Have the worker's agent update itself")
+async def agent_update(
+    worker_id: str, container: AppContainer, body: AgentUpdateBody | None = None
+) -> JSON:
+    return JSON(await container.agents.update(worker_id, body.repo_url if body else None))
+
+
+@router.post("/{worker_id}/agent-restart", summary="Have the worker's agent restart")
+async def agent_restart(worker_id: str, container: AppContainer) -> JSON:
+    return JSON(await container.agents.restart(worker_id))
+
+
+@router.post("/{worker_id}/agent-uninstall", summary="Have the worker's agent uninstall itself")
+async def agent_uninstall(worker_id: str, container: AppContainer) -> JSON:
+    return JSON(await container.agents.uninstall(worker_id))
 
 
 @router.delete("/{worker_id}", response_model=Removed, summary="Unregister; its leases end now")

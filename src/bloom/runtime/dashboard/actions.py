@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
 
-from bloom.domain.errors import Forbidden, Invalid, ServiceError
+from bloom.domain.errors import Forbidden, Invalid, NotFound, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
 from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
@@ -183,6 +183,27 @@ async def register_worker(request: Request) -> Response:
 async def remove_worker(request: Request, worker_id: str) -> Response:
     await _container(request).workers.remove(worker_id)
     return _notice(f"Worker {worker_id} removed; its leases ended.")
+
+
+@router.post("/workers/{worker_id}/agent/{action}")
+async def manage_agent(request: Request, worker_id: str, action: str) -> Response:
+    """The reference UI's Health, Update, Restart and Uninstall of a node's agent."""
+    agents = _container(request).agents
+    if action == "health":
+        health = await agents.health(worker_id)
+        if not health.get("reachable"):
+            return _notice(f"{worker_id}: not reachable ({health.get('error')})", kind="error")
+        version, host = health.get("version") or "?", health.get("hostname") or "?"
+        return _notice(f"{worker_id}: agent {version} on {host}, healthy.")
+    if action == "update":
+        await agents.update(worker_id, None)
+    elif action == "restart":
+        await agents.restart(worker_id)
+    elif action == "uninstall":
+        await agents.uninstall(worker_id)
+    else:
+        raise NotFound(f"No agent action '{action}'")
+    return _notice(f"{worker_id}: agent {action} done.")
 
 
 # ---- membridge ----
