@@ -80,6 +80,29 @@ def run(
         Path | None,
         typer.Option(help="Where context hints are looked up (env BLOOM_WORKER_PROJECT_DIR)"),
     ] = None,
+    agent_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Also serve the node-agent surface here, so the runtime can dispatch to this "
+            "worker (env BLOOM_WORKER_AGENT_PORT)",
+        ),
+    ] = None,
+    claim: Annotated[
+        bool | None,
+        typer.Option(
+            "--claim/--no-claim",
+            help="Claim queued tasks; --no-claim: only run what is dispatched to the agent "
+            "(env BLOOM_WORKER_CLAIM; claim)",
+        ),
+    ] = None,
+    agent_host: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the agent surface listens (env BLOOM_WORKER_AGENT_HOST; 127.0.0.1)"
+        ),
+    ] = None,
 ) -> None:
     """Claim tasks from the runtime and run each with the Claude CLI, until SIGTERM or Ctrl-C
     (running tasks may finish: BLOOM_WORKER_DRAIN_TIMEOUT_SEC)."""
@@ -92,6 +115,9 @@ def run(
         claude_bin=claude_bin,
         work_dir=work_dir,
         project_dir=project_dir,
+        agent_port=agent_port,
+        agent_host=agent_host,
+        claim=claim,
     )
     configure_logging(settings.log_level, settings.log_format)
     from bloom.worker.main import run_worker  # only this command needs the worker's code

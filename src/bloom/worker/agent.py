@@ -17,6 +17,7 @@ from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
+from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import Pause, TaskRun
@@ -46,10 +47,16 @@ class Worker:
         self.stopping = asyncio.Event()
         self.refused = False
         """The runtime refused this worker's key."""
+        self.running: set[str] = set()
+        """Ids of the tasks running here (claimed or pushed)."""
+        self.pushed: set[asyncio.Task[None]] = set()
+        """Runs of tasks the runtime dispatched to this worker's agent surface."""
 
     def registration(self, status: str = "online") -> dict[str, Any]:
+        url = self.settings.advertised_agent_url
         return {
             "name": self.settings.name,
+            **({"url": url} if url else {}),
             "status": status,
             "capabilities": {
                 "claude_cli": True,
@@ -66,6 +73,25 @@ class Worker:
         self.stopping.set()
 
     async def run(self) -> None:
+        if self.settings.agent_port is None:
+            await self._serve()
+            return
+        surface = AgentSurface(self.settings, self.start_pushed, lambda: sorted(self.running))
+        async with serving(surface):
+            log.info("agent_listening", url=self.settings.advertised_agent_url)
+            await self._serve()
+
+    async def start_pushed(self, grant: Grant) -> bool:
+        """Run a task the runtime dispatched here, beside the claimed ones; False when every
+        slot is busy (the runtime then gives the task back)."""
+        if self.stopping.is_set() or len(self.running) >= self.settings.max_concurrency:
+            return False
+        run = asyncio.create_task(self._run(grant))
+        self.pushed.add(run)
+        run.add_done_callback(self.pushed.discard)
+        return True
+
+    async def _serve(self) -> None:
         await self._register()
         if self.stopping.is_set():
             return
@@ -73,13 +99,15 @@ class Worker:
         helpers = [asyncio.create_task(self._presence())]
         if self.membridge:
             helpers.append(asyncio.create_task(self._membridge_presence()))
-        slots = [asyncio.create_task(self._slot()) for _ in range(self.settings.max_concurrency)]
+        claiming = self.settings.max_concurrency if self.settings.claim else 0
+        slots = [asyncio.create_task(self._slot()) for _ in range(claiming)]
         await self.stopping.wait()
         log.info("worker_draining", drain_timeout_sec=self.settings.drain_timeout_sec)
-        _, late = await asyncio.wait(slots, timeout=self.settings.drain_timeout_sec)
+        running = [*slots, *self.pushed]
+        _, late = await asyncio.wait(running, timeout=self.settings.drain_timeout_sec)
         for slot in late:  # tasks still running after the drain time: stop them
             slot.cancel()
-        await asyncio.gather(*slots, return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)
         for helper in helpers:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
@@ -187,12 +215,15 @@ class Worker:
             self.settings, self.client, self.conversations, self.pause, grant, self.environ
         )
         task = asyncio.create_task(run.run())
+        self.running.add(grant.task.id)
         try:
             await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             raise
+        finally:
+            self.running.discard(grant.task.id)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is stopped."""

@@ -101,6 +101,32 @@ class WorkerSettings(ServiceSettings):
         description="On SIGTERM, how long running tasks may take to finish before they are killed.",
     )
 
+    agent_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        validation_alias=_env("BLOOM_WORKER_AGENT_PORT"),
+        description="Also serve the node-agent HTTP surface (/health, /execute-task, /status) "
+        "on this port, so the runtime can dispatch to this worker. Unset: pull only.",
+    )
+    agent_host: str = Field("127.0.0.1", validation_alias=_env("BLOOM_WORKER_AGENT_HOST"))
+    claim: bool = Field(
+        True,
+        validation_alias=_env("BLOOM_WORKER_CLAIM"),
+        description="Claim queued tasks; false: run only what is dispatched to the agent surface.",
+    )
+    agent_url: str | None = Field(
+        None,
+        validation_alias=_env("BLOOM_WORKER_AGENT_URL"),
+        description="The agent's address as the runtime reaches it (default "
+        "http://<agent host>:<agent port>): registered as the worker's url.",
+    )
+    agent_key: SecretStr = Field(
+        SecretStr(""),
+        validation_alias=_env("BLOOM_AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
+        description="When set, the agent surface refuses requests without it (X-MEMBRIDGE-AGENT).",
+    )
+
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
@@ -117,6 +143,13 @@ class WorkerSettings(ServiceSettings):
     @property
     def membridge_key_value(self) -> str:
         return self.membridge_admin_key.get_secret_value() if self.membridge_admin_key else ""
+
+    @property
+    def advertised_agent_url(self) -> str | None:
+        """The agent URL registered with the runtime (None: this worker serves no agent)."""
+        if self.agent_port is None:
+            return None
+        return (self.agent_url or f"http://{self.agent_host}:{self.agent_port}").rstrip("/")
 
     @property
     def resolved_work_dir(self) -> Path:

@@ -136,7 +136,8 @@ class Dispatcher:
         return task
 
     def _body(self, task: Task, lease: Lease, worker: Worker) -> dict[str, Any]:
-        """The reference agent's `ExecuteTaskRequest`, and the lease for agents that fence."""
+        """The reference agent's `ExecuteTaskRequest` (which ignores the rest), and for a BLOOM
+        worker's agent the lease and task as a claim would give them."""
         return {
             "task_id": task.id,
             "prompt": task.prompt,
@@ -148,6 +149,7 @@ class Dispatcher:
             "runtime_url": self.settings.callback_url,
             "lease_id": lease.id,
             "worker_id": worker.id,
+            "grant": {"lease": lease, "task": task},  # what a BLOOM worker's agent runs from
         }
 
     async def _call(

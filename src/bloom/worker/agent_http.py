@@ -1,0 +1,159 @@
+"""The node-agent HTTP surface a worker serves with `--agent-port`, so the runtime can push a
+task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.md §4):
+
+- `GET /health` (public): version, host, OS, capabilities, whether the Claude CLI was found.
+- `POST /execute-task`: the runtime's dispatch. The body carries the lease it granted (`grant`),
+  so the task runs exactly as a claimed one does (heartbeats, live output, one fenced complete);
+  the answer comes at once (`{ok: true, accepted: true}`), the run goes on in the background.
+- `GET /status`: the tasks running here.
+- `/restart`, `/self-update`, `/uninstall`, `/clone`: 403, as the reference agent answers while
+  process control is not enabled: a BLOOM worker is managed by its service manager.
+
+With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGENT` (401).
+"""
+
+import asyncio
+import contextlib
+import hmac
+import platform
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from bloom import __version__
+from bloom.clients.wire import Grant
+from bloom.worker.settings import WorkerSettings
+
+KEY_HEADER = "x-membridge-agent"
+PROCESS_CONTROL = "Process control is disabled: this BLOOM worker is run by its service manager."
+
+
+class AgentSurface:
+    """What the HTTP surface asks of the worker: start a granted task, and what runs."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        start: Callable[[Grant], Awaitable[bool]],
+        running: Callable[[], list[str]],
+    ):
+        self.settings = settings
+        self.start = start
+        """Runs the grant in the background; False when no slot is free."""
+        self.running = running
+
+    def app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/status", self.status, methods=["GET"]),
+            Route("/execute-task", self.execute, methods=["POST"]),
+            *(
+                Route(path, self.process_control, methods=["POST"])
+                for path in ("/restart", "/self-update", "/uninstall", "/clone")
+            ),
+        ]
+        return Starlette(routes=routes)
+
+    def _refused(self, request: Request) -> JSONResponse | None:
+        key = self.settings.agent_key.get_secret_value()
+        given = request.headers.get(KEY_HEADER, "")
+        if key and not hmac.compare_digest(given.encode(), key.encode()):
+            return JSONResponse({"ok": False, "detail": "Unauthorized"}, status_code=401)
+        return None
+
+    async def health(self, _: Request) -> JSONResponse:
+        return JSONResponse(
+            {
+                "status": "ok",
+                "service": "bloom-worker",
+                "version": __version__,
+                "node_id": self.settings.name,
+                "hostname": platform.node(),
+                "os_info": f"{platform.system()} {platform.release()} {platform.machine()}",
+                "claude_cli": self.settings.claude_bin,
+                "capabilities": {
+                    "execute_task": True,
+                    "process_control": False,
+                    "max_concurrency": self.settings.max_concurrency,
+                },
+            }
+        )
+
+    async def status(self, request: Request) -> JSONResponse:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        running = self.running()
+        slots = self.settings.max_concurrency
+        return JSONResponse({"ok": True, "worker": self.settings.name, "running": running,
+                             "free_slots": max(0, slots - len(running))})  # fmt: skip
+
+    async def execute(self, request: Request) -> JSONResponse:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body: Any = await request.json()
+            grant = Grant.from_json(body["grant"], "grant")
+        except (ValueError, KeyError, TypeError) as exc:  # WireError is a ValueError
+            return JSONResponse(
+                {"ok": False, "detail": f"Not a BLOOM runtime's dispatch (no usable grant: {exc})"},
+                status_code=422,
+            )
+        if grant.lease.worker_id != self.settings.name:
+            detail = (
+                f"The lease is for worker {grant.lease.worker_id}, this is {self.settings.name}"
+            )
+            return JSONResponse({"ok": False, "detail": detail}, status_code=409)
+        if not await self.start(grant):
+            return JSONResponse({"ok": False, "detail": "No free slot"}, status_code=503)
+        return JSONResponse(
+            {"ok": True, "accepted": True, "task_id": grant.task.id, "detail": "Task accepted"}
+        )
+
+    async def process_control(self, request: Request) -> JSONResponse:
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        return JSONResponse({"ok": False, "detail": PROCESS_CONTROL}, status_code=403)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside the worker's own event loop: the worker keeps its signal handlers."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def serving(surface: AgentSurface) -> AsyncIterator[None]:
+    """Serve the surface on the configured host and port while the block runs."""
+    settings = surface.settings
+    assert settings.agent_port is not None
+    config = uvicorn.Config(
+        surface.app(),
+        host=settings.agent_host,
+        port=settings.agent_port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn has no event)
+            await asyncio.sleep(0.02)
+        if task.done():
+            task.result()  # a port in use: raise its error
+            raise OSError(f"the agent surface could not listen on port {settings.agent_port}")
+        yield
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
