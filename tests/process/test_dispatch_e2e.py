@@ -13,7 +13,6 @@ from tests.support.db import DatabaseProbe
 from tests.support.net import free_port
 from tests.support.stack import Stack, wait_for
 
-
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
