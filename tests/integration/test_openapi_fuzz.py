@@ -34,6 +34,7 @@ from schemathesis.specs.openapi.checks import (
 
 from bloom.membridge.app import create_app as create_membridge
 from bloom.runtime.app import create_app as create_runtime
+from tests.support.agent import Answer, StandInAgent
 from tests.support.databases import make_settings
 from tests.support.membridge import ADMIN_KEY, MembridgeProcess, membridge_settings
 
@@ -71,6 +72,16 @@ def membridge_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memb
     process.stop()
 
 
+@pytest.fixture(scope="module")
+def agent() -> Iterator[StandInAgent]:
+    """The world's worker's node agent: takes every dispatched task, answers every action."""
+    served = StandInAgent()
+    served.answer = Answer(body={"ok": True, "accepted": True})
+    served.start()
+    yield served
+    served.stop()
+
+
 @dataclass
 class Seeded:
     app: FastAPI
@@ -78,8 +89,9 @@ class Seeded:
     """Path parameter → the existing things it may name."""
 
 
-def seed(app: FastAPI) -> dict[str, list[str]]:
-    """A worker, and tasks queued, leased and completed, made through the API itself."""
+def seed(app: FastAPI, agent_url: str) -> dict[str, list[str]]:
+    """A worker (with a node agent), and tasks queued, leased and completed, made through the
+    API itself."""
     # starts the app in schemathesis' own event loop (its ASGI types are narrower than ours)
     with get_client(app) as http:  # type: ignore[arg-type]
 
@@ -89,7 +101,8 @@ def seed(app: FastAPI) -> dict[str, list[str]]:
             answer: dict[str, Any] = response.json()
             return answer
 
-        worker = post("/workers", {"name": "w0", "capabilities": {"max_concurrency": 3}}, 201)
+        w0 = {"name": "w0", "url": agent_url, "capabilities": {"max_concurrency": 3}}
+        worker = post("/workers", w0, 201)
         task = {"context_id": "c", "agent_slug": "a", "prompt": "p"}
         queued, leased, done = (post("/llm-tasks", task, 201) for _ in range(3))
         lease = post(f"/llm-tasks/{leased['id']}/lease", {}, 201)["lease"]
@@ -122,7 +135,7 @@ def steer(case: Any, ids: dict[str, list[str]]) -> None:
 
 @pytest.fixture
 def runtime_app(
-    database_url: str, tmp_path: Path, membridge_process: MembridgeProcess
+    database_url: str, tmp_path: Path, membridge_process: MembridgeProcess, agent: StandInAgent
 ) -> Iterator[Seeded]:
     app = create_runtime(
         make_settings(
@@ -134,7 +147,7 @@ def runtime_app(
             membridge_admin_key=ADMIN_KEY,
         )
     )
-    yield Seeded(app, seed(app))
+    yield Seeded(app, seed(app, agent.url))
     shutdown_lifespans()  # its storage closes before the database goes away
 
 

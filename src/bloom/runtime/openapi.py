@@ -21,6 +21,7 @@ ERRORS: Declared = {
         "503": "No worker (or not the one named) is online with a free slot",
     },
     ("POST", f"{TASK}/dispatch"): {
+        "400": "The worker named has no agent URL",
         "409": "The task is not queued",
         "502": "The agent could not be reached or refused: the task is queued again, its "
         "attempt not counted (`{dispatched: false, task_id, worker_id, error}`)",

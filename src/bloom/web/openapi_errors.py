@@ -119,7 +119,13 @@ def _describe(
     if any(parameter.get("in") == "path" for parameter in parameters):
         responses.setdefault("404", _answer("Not found", ref))
     for status, text in declared.get((method.upper(), path), {}).items():
-        responses.setdefault(status, _answer(text, ref))
+        given = responses.get(status)
+        if given is None:
+            responses[status] = _answer(text, ref)
+        elif validation is not None and invalid is not None and status == validation[2]:
+            # the route's own refusal with the validation failure's status: either body
+            both = {"anyOf": [invalid, ref]}
+            responses[status] = _answer(f"{given['description']}; or: {text}", both)
 
 
 def _answer(description: str, body: Schema) -> Schema:
