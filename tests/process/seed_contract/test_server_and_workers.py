@@ -276,4 +276,5 @@ def test_the_seed_env_file_runs_us_unchanged(seed_env_server: RuntimeProcess) ->
         }
         proxied = http.get(f"{API}/stats", headers=key | {"X-Forwarded-Proto": "http"})
         assert ok(proxied) == FRESH_STATS
-        assert http.get("/", headers={"X-Forwarded-Proto": "http"}).status_code == 200
+        page = http.get("/", headers={"X-Forwarded-Proto": "http"})  # no redirect to https:
+        assert (page.status_code, page.headers["location"]) == (303, "/login?next=%2F")  # login
