@@ -166,7 +166,9 @@ PAGES = {
 async def _time_pages(settings: RuntimeSettings, middle: Cursor, runs: int) -> list[Timing]:
     """The pages, through the app in-process (no key set: the open development mode); the deep
     ones at the middle task."""
-    app = create_app(settings.model_copy(update={"membridge_retries": 0}))
+    app = create_app(
+        settings.model_copy(update={"membridge_retries": 0, "rate_limit_enabled": False})
+    )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
