@@ -3,9 +3,6 @@ run --agent-port`), which runs the real Claude CLI against the echo model, strea
 and completes through the same fenced callbacks as a claim; killed mid-task, its lease lapses
 and another worker finishes the task."""
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import pytest
 
@@ -14,16 +11,6 @@ from tests.support.net import free_port
 from tests.support.stack import Stack, wait_for
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def stack(database_url: str, tmp_path: Path, claude: Path) -> Iterator[Stack]:
-    built = Stack(database_url, tmp_path, claude)
-    try:
-        built.start()
-        yield built
-    finally:
-        built.close()
 
 
 def agent_worker(stack: Stack, name: str) -> str:

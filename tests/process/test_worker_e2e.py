@@ -8,7 +8,6 @@ these tests are skipped on a laptop and fail in CI.
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,16 +15,6 @@ import pytest
 
 from tests.support.db import DatabaseProbe
 from tests.support.stack import Stack, wait_for
-
-
-@pytest.fixture
-def stack(database_url: str, tmp_path: Path, claude: Path) -> Iterator[Stack]:
-    built = Stack(database_url, tmp_path, claude)
-    try:
-        built.start()
-        yield built
-    finally:
-        built.close()
 
 
 def test_two_workers_complete_twenty_tasks(stack: Stack, probe: DatabaseProbe) -> None:
