@@ -405,3 +405,16 @@ async def test_the_session_cookie_is_secure_when_a_trusted_proxy_says_https(
         cookies = [c for c in reply.headers.get_list("set-cookie") if "max-age=0" not in c.lower()]
         assert cookies
         assert all(("; secure" in cookie.lower()) is trusted for cookie in cookies), cookies
+
+
+async def test_a_key_header_needs_no_csrf_token_even_beside_a_login_cookie(
+    client: httpx.AsyncClient,
+) -> None:
+    """The reference's React client sends its key and `credentials: include`: the key decides,
+    and only a cookie login needs the CSRF token."""
+    credentials = client.app.state.container.credentials  # type: ignore[attr-defined]
+    await credentials.create_user("ada", PASSWORD, Role.ADMIN)
+    browser = await log_in(client, "ada", PASSWORD)
+    task = {"context_id": "c", "agent_slug": "default", "prompt": "p"}
+    both = {"Cookie": browser["Cookie"], HEADER: ADMIN_KEY}
+    assert (await client.post(f"{API}/llm-tasks", json=task, headers=both)).status_code == 201
