@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from bloom.domain.models import MAX_CLAIM_WAIT_SEC
 from bloom.objects.settings import ObjectStoreSettings
 from bloom.web.settings import (
     ServerSettings,
@@ -58,7 +59,9 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         validation_alias=bloom_env("CLAIM_ACK_SEC"),
         description="A claimed lease lapses this soon unless its worker's first heartbeat arrives.",
     )
-    claim_wait_sec: float = Field(25.0, ge=0, le=120, validation_alias=bloom_env("CLAIM_WAIT_SEC"))
+    claim_wait_sec: float = Field(
+        25.0, ge=0, le=MAX_CLAIM_WAIT_SEC, validation_alias=bloom_env("CLAIM_WAIT_SEC")
+    )
     claim_recheck_sec: float = Field(
         2.0,
         gt=0,
