@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from bloom.cli import env_file as env_file_module
 from bloom.cli.env_file import EnvFileError, check_private, load_env_file, parse_env_file
 
 
@@ -92,8 +91,8 @@ def test_a_file_of_a_third_user_is_refused_but_root_reads_the_services(
     if owner == 0:  # run as root: give it to someone else
         os.chown(path, 4242, 4242)
         owner = 4242
-    monkeypatch.setattr(env_file_module.os, "geteuid", lambda: owner + 1)
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
     with pytest.raises(EnvFileError, match=rf"belongs to uid {owner}, neither this service's"):
         check_private(path)
-    monkeypatch.setattr(env_file_module.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     check_private(path)  # root (bloom db upgrade by an operator) may read the service's file
