@@ -51,6 +51,17 @@ copy.close()' "$2" "$out/$3.db"
 	esac
 }
 
+# rclone for the bucket, its keys passed through its environment, never on a command line.
+# (rclone 1.60 fails on AWS_CA_BUNDLE: a CA given that way is passed as --ca-cert instead.)
+rclone_s3() {
+	if [ -n "${AWS_CA_BUNDLE:-}" ]; then
+		set -- --ca-cert "$AWS_CA_BUNDLE" "$@"
+	fi
+	env -u AWS_CA_BUNDLE RCLONE_S3_PROVIDER=Other RCLONE_S3_ENDPOINT="$S3_ENDPOINT" \
+		RCLONE_S3_REGION="$S3_REGION" RCLONE_S3_ACCESS_KEY_ID="$S3_ACCESS_KEY" \
+		RCLONE_S3_SECRET_ACCESS_KEY="$S3_SECRET_KEY" rclone "$@"
+}
+
 dump "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime
 dump "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge
 if [ -n "$SECRET_KEY_FILE" ] && [ -f "$SECRET_KEY_FILE" ]; then
@@ -65,10 +76,7 @@ if [ "$ARTIFACT_STORE" = fs ] && [ -d "$ARTIFACT_DIR" ]; then
 	tar -C "$ARTIFACT_DIR" -cf "$out/artifacts.tar" .
 fi
 if [ -n "$S3_ENDPOINT" ]; then
-	# The keys go to rclone through its environment, never on a command line.
-	RCLONE_S3_PROVIDER=Other RCLONE_S3_ENDPOINT=$S3_ENDPOINT RCLONE_S3_REGION=$S3_REGION \
-		RCLONE_S3_ACCESS_KEY_ID=$S3_ACCESS_KEY RCLONE_S3_SECRET_ACCESS_KEY=$S3_SECRET_KEY \
-		rclone copy --metadata --quiet ":s3:$S3_BUCKET" "$out/bucket"
+	rclone_s3 copy --metadata --quiet ":s3:$S3_BUCKET" "$out/bucket"
 fi
 
 {

@@ -63,6 +63,17 @@ load() { # kind, url or file, name
 	esac
 }
 
+# rclone for the bucket, its keys passed through its environment, never on a command line.
+# (rclone 1.60 fails on AWS_CA_BUNDLE: a CA given that way is passed as --ca-cert instead.)
+rclone_s3() {
+	if [ -n "${AWS_CA_BUNDLE:-}" ]; then
+		set -- --ca-cert "$AWS_CA_BUNDLE" "$@"
+	fi
+	env -u AWS_CA_BUNDLE RCLONE_S3_PROVIDER=Other RCLONE_S3_ENDPOINT="$S3_ENDPOINT" \
+		RCLONE_S3_REGION="$S3_REGION" RCLONE_S3_ACCESS_KEY_ID="$S3_ACCESS_KEY" \
+		RCLONE_S3_SECRET_ACCESS_KEY="$S3_SECRET_KEY" rclone "$@"
+}
+
 load "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime
 load "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge
 
@@ -83,9 +94,7 @@ if [ -f "$backup/artifacts.tar" ]; then
 	echo "restored $ARTIFACT_DIR"
 fi
 if [ -d "$backup/bucket" ] && [ -n "$S3_ENDPOINT" ]; then
-	RCLONE_S3_PROVIDER=Other RCLONE_S3_ENDPOINT=$S3_ENDPOINT RCLONE_S3_REGION=$S3_REGION \
-		RCLONE_S3_ACCESS_KEY_ID=$S3_ACCESS_KEY RCLONE_S3_SECRET_ACCESS_KEY=$S3_SECRET_KEY \
-		rclone copy --metadata --quiet "$backup/bucket" ":s3:$S3_BUCKET"
+	rclone_s3 copy --metadata --quiet "$backup/bucket" ":s3:$S3_BUCKET"
 	echo "restored the bucket $S3_BUCKET"
 fi
 echo "done: start bloom-membridge, bloom-runtime, bloom-worker"
