@@ -325,12 +325,14 @@ def test_logrotate_rotates_under_a_live_writer_without_a_restart(tmp_path: Path)
         written = int(writer.communicate(timeout=10)[0].strip())
     old, new = rotated.read_bytes(), log.read_bytes()
     assert b"\0" not in new  # not a sparse file: the writer appends at the new end
-    lines = [int(n) for n in (old + new).decode().split()]
-    assert lines[0] == 0
-    assert lines[-1] == written - 1
-    lost = written - len(set(lines))
-    assert lost <= 5, f"{lost} lines lost in the copy-then-truncate instant"
-    assert new.startswith(b"%d\n" % int(new.split(b"\n")[0]))  # starts with a whole line
+    before, after = [int(n) for n in old.split()], [int(n) for n in new.split()]
+    assert before[0] == 0
+    assert after[-1] == written - 1  # the same writer, never restarted, still writing here
+    assert len(after) > 10
+    lines = before + after
+    assert lines == sorted(set(lines))  # in order, nothing doubled or torn
+    lost = written - len(lines)  # only what the writer wrote between the copy and the truncation
+    assert lost <= written // 10, f"{lost} of {written} lines lost between copy and truncation"
 
 
 WRITER = """
@@ -344,7 +346,7 @@ signal.signal(signal.SIGTERM, stop)
 while True:
     os.write(fd, b"%d\\n" % count)
     count += 1
-    if count % 50 == 0:
+    if count % 10 == 0:
         import time; time.sleep(0.01)
 """
 
