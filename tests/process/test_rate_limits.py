@@ -56,6 +56,8 @@ def test_real_servers_believe_x_forwarded_for_only_from_trusted_proxies(
         tmp_path,
         BLOOM_RATE_LIMIT_ENABLED="true",
         BLOOM_RATE_LIMIT_API="3",
+        # behind a proxy without a key the runtime serves only when told --insecure
+        **({"BLOOM_INSECURE": "true"} if trusted else {}),
         **proxies,
     )
     membridge = MembridgeProcess(

@@ -48,6 +48,20 @@ def test_the_runtime_refuses_to_listen_openly_without_a_key(
         assert "--insecure" in line
 
 
+def test_the_runtime_refuses_to_serve_a_reverse_proxy_without_a_key(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Behind nginx the runtime listens on loopback, yet whoever reaches nginx reaches it."""
+    env = RuntimeProcess(sqlite_url, tmp_path).environment() | {
+        "BLOOM_TRUSTED_PROXIES": "127.0.0.1"
+    }
+    done = run(["runtime", "serve", "--port", "1"], env, tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("bloom: refusing to serve behind a reverse proxy (BLOOM_TRUSTED_")
+    assert "--insecure" in line
+
+
 @pytest.fixture
 def insecure_runtime(sqlite_url: str, tmp_path: Path) -> Iterator[RuntimeProcess]:
     process = RuntimeProcess(sqlite_url, tmp_path)

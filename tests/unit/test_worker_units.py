@@ -26,6 +26,7 @@ from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import (
     MAX_BATCH,
     MAX_BATCH_BYTES,
+    EventOutbox,
     Pause,
     TaskRun,
     _batch,
@@ -267,6 +268,33 @@ async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) 
     assert all(body["lease_id"] == "l1" and body["worker_id"] == "w1" for body in seen)
     assert seen[-1]["status"] == "success"
     assert seen[-1]["output"] == "echo: hi"
+
+
+async def test_live_output_waits_out_a_restarting_runtime_behind_its_proxy() -> None:
+    """nginx answers 502 while the runtime restarts: the events are kept for the next flush, as
+    when the runtime cannot be reached at all; a 400 drops the batch (retrying cannot help)."""
+    answers = [502, 503, 200, 400]
+    posted: list[int] = []
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        status = answers.pop(0)
+        posted.append(len(json.loads(request.content)["events"]))
+        body = {"task_id": "t1", "last_seq": 2, "accepted": 2} if status == 200 else {"error": "x"}
+        return httpx.Response(status, json=body)
+
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        outbox = EventOutbox(client, "t1", "l1", "w1")
+        await outbox.add("text", "a")
+        await outbox.add("text", "b")
+        await outbox.flush()  # 502
+        await outbox.flush()  # 503
+        assert len(outbox.pending) == 2
+        await outbox.flush()  # 200
+        assert outbox.pending == []
+        await outbox.add("text", "c")
+        await outbox.flush()  # 400
+        assert outbox.pending == []
+    assert posted == [2, 2, 2, 1]
 
 
 async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """`bloom`: one entry point for every process and tool."""
 
+import os
+
 import typer
 
 from bloom import __version__
@@ -10,6 +12,7 @@ from bloom.cli import (
     bench,
     claude,
     db,
+    deploy,
     echo_model,
     membridge,
     runtime,
@@ -17,6 +20,8 @@ from bloom.cli import (
     up,
     worker,
 )
+from bloom.cli.env_file import EnvFileError, load_env_file
+from bloom.cli.output import fail
 
 app = typer.Typer(
     help="BLOOM Runtime: queue LLM tasks, lease them to Claude CLI workers, keep every result.",
@@ -35,8 +40,18 @@ app.add_typer(access.keys, name="key")
 app.add_typer(access.users, name="user")
 app.add_typer(claude.app, name="claude")
 app.add_typer(echo_model.app, name="echo-model")
+app.add_typer(deploy.app, name="deploy")
 app.command("up")(up.up)
 app.command("bench")(bench.bench)
+
+
+@app.callback()
+def settings_file() -> None:
+    """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it)."""
+    try:
+        load_env_file(os.environ)
+    except EnvFileError as exc:
+        fail(str(exc), 2)
 
 
 @app.command()

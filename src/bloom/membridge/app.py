@@ -103,5 +103,6 @@ def create_app(
         server="membridge",
         routine=ROUTINE_REQUESTS,
         access_log=settings.access_log,
+        trusted_proxies=settings.trusted_proxies,
     )
     return app

@@ -9,14 +9,14 @@ tool's `MINIO_BUCKET`, else `bloom-artifacts`.
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from bloom.web.settings import bloom_env
+from bloom.web.settings import OwnNamesOnly, bloom_env
 
 DEFAULT_BUCKET = "bloom-artifacts"
 
 
-class ObjectStoreSettings(BaseSettings):
+class ObjectStoreSettings(OwnNamesOnly):
     """The S3 connection; mixed into the settings of every process that uses the store."""
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)

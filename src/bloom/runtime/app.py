@@ -123,6 +123,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         server="runtime",
         routine=ROUTINE_REQUESTS,
         access_log=settings.access_log,
+        trusted_proxies=settings.trusted_proxies,
     )
     return app
 

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from bloom.domain.models import MAX_CLAIM_WAIT_SEC
 from bloom.objects.settings import ObjectStoreSettings
 from bloom.web.settings import (
     ServerSettings,
@@ -77,7 +78,9 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         validation_alias=bloom_env("CLAIM_ACK_SEC"),
         description="A claimed lease lapses this soon unless its worker's first heartbeat arrives.",
     )
-    claim_wait_sec: float = Field(25.0, ge=0, le=120, validation_alias=bloom_env("CLAIM_WAIT_SEC"))
+    claim_wait_sec: float = Field(
+        25.0, ge=0, le=MAX_CLAIM_WAIT_SEC, validation_alias=bloom_env("CLAIM_WAIT_SEC")
+    )
     claim_recheck_sec: float = Field(
         2.0,
         gt=0,
@@ -187,8 +190,14 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
 
     @property
     def open_to_network(self) -> bool:
-        """No API key, and listening beyond this machine: anyone who reaches it may do anything."""
-        return not self.api_key_value and not is_loopback(self.host)
+        """No API key, and reachable from beyond this machine (listening beyond loopback, or
+        behind a reverse proxy, which forwards whoever reaches it): anyone may do anything."""
+        return not self.api_key_value and (not is_loopback(self.host) or self.behind_proxy)
+
+    @property
+    def behind_proxy(self) -> bool:
+        """Trusted reverse proxies are configured: requests arrive from wherever they serve."""
+        return bool(self.trusted_proxies)
 
     @property
     def serving_insecure(self) -> bool:
@@ -204,13 +213,21 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         return f"http://{host}:{self.port}"
 
     def check_exposure(self) -> None:
-        """Refuse to listen beyond loopback without an API key, unless `--insecure`."""
-        if self.open_to_network and not self.insecure:
+        """Refuse to listen beyond loopback, or to serve a reverse proxy, without an API key,
+        unless `--insecure`."""
+        if not self.open_to_network or self.insecure:
+            return
+        if not is_loopback(self.host):
             raise SettingsError(
                 f"refusing to listen on {self.host} without an API key: set RUNTIME_API_KEY "
                 "(or BLOOM_API_KEY), listen on 127.0.0.1, or pass --insecure "
                 "(BLOOM_INSECURE=true) to serve every endpoint to anyone who can reach it"
             )
+        raise SettingsError(
+            "refusing to serve behind a reverse proxy (BLOOM_TRUSTED_PROXIES) without an API "
+            "key: set RUNTIME_API_KEY (or BLOOM_API_KEY), or pass --insecure "
+            "(BLOOM_INSECURE=true) to serve every endpoint to anyone who reaches the proxy"
+        )
 
 
 def load_runtime_settings(**overrides: object) -> RuntimeSettings:

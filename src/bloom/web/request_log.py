@@ -1,5 +1,8 @@
-"""Request ids, one access-log line per request (method, path, status, time; never bodies), and
-the request's HTTP metrics (by route template).
+"""Request ids, one access-log line per request (method, path, status, time, the client's
+address; never bodies), and the request's HTTP metrics (by route template).
+
+The client is the peer, or behind a trusted reverse proxy the address it reports
+(`client_address`): behind nginx, the browser's or the worker's, never nginx's.
 
 Routine traffic (a health probe, an empty long-poll claim, a heartbeat, a scrape: what each
 server lists in its `Routine`) is logged at DEBUG, so INFO shows what happened, not who polled.
@@ -9,11 +12,12 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bloom.web.client_address import Network, client_address
 from bloom.web.metrics import UNMATCHED, observe_request
 
 log = structlog.get_logger("bloom.access")
@@ -24,11 +28,20 @@ SAFE_ID = re.compile(rb"[A-Za-z0-9._-]{1,64}")
 
 
 class RequestLogMiddleware:
-    def __init__(self, app: ASGIApp, *, server: str, routine: Routine, access_log: bool = True):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        server: str,
+        routine: Routine,
+        access_log: bool = True,
+        trusted_proxies: Sequence[Network] = (),
+    ):
         self.app = app
         self.server = server
         self.routine = routine
         self.access_log = access_log
+        self.trusted_proxies = trusted_proxies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,4 +76,5 @@ class RequestLogMiddleware:
                     path=scope["path"],
                     status=status,
                     ms=round(seconds * 1000, 2),
+                    client=client_address(scope, self.trusted_proxies),
                 )

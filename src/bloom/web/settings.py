@@ -9,7 +9,13 @@ import ipaddress
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from bloom.web.client_address import Network, parse_networks
 
@@ -30,7 +36,36 @@ def check_rate_limit_storage(url: str) -> str:
     return url
 
 
-class ServiceSettings(BaseSettings):
+class OwnNamesEnv(EnvSettingsSource):
+    """The environment, read by each setting's own names only.
+
+    Settings are made by field name in code (`populate_by_name`), and pydantic-settings would
+    then also read a variable named like the field: Membridge's `port` from `PORT` (the runtime's,
+    in the seeds' shared env file), its `database_url` from `DATABASE_URL` (the runtime's
+    database), the worker's `name` from `NAME`. The names in each field's alias are the only ones.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings]):
+        super().__init__(settings_cls)
+        self.config = {**self.config, "populate_by_name": False, "validate_by_name": False}
+
+
+class OwnNamesOnly(BaseSettings):
+    """Settings read from the environment by their `BLOOM_…` names and the seeds' aliases only."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, OwnNamesEnv(settings_cls))
+
+
+class ServiceSettings(OwnNamesOnly):
     """What every server of ours reads alike: logging. Empty values count as unset."""
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
 from bloom.domain.fleet import WORKER_ID
+from bloom.domain.models import MAX_CLAIM_WAIT_SEC
 from bloom.web.settings import ServiceSettings, load_settings
 
 
@@ -79,7 +80,7 @@ class WorkerSettings(ServiceSettings):
         description="Lease renewal (and event flush) period while the CLI runs.",
     )
     claim_wait_sec: float = Field(
-        25.0, ge=0, le=120, validation_alias=_env("BLOOM_WORKER_CLAIM_WAIT_SEC")
+        25.0, ge=0, le=MAX_CLAIM_WAIT_SEC, validation_alias=_env("BLOOM_WORKER_CLAIM_WAIT_SEC")
     )
     complete_deadline_sec: float = Field(
         600.0,

@@ -90,6 +90,8 @@ class EventOutbox:
             except RuntimeApiError as exc:
                 if exc.status in FENCED:
                     raise LeaseLost(exc.message) from None
+                if exc.status >= 500:
+                    return  # the runtime restarting (a proxy's 502, 503): kept, tried again
                 log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
             del self.pending[: len(batch)]
 

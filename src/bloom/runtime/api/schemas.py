@@ -23,7 +23,15 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from bloom.domain.fleet import WORKER_NAME
-from bloom.domain.models import DEFAULT_TIMEOUT_SEC, Artifact, Lease, Result, Task, Worker
+from bloom.domain.models import (
+    DEFAULT_TIMEOUT_SEC,
+    MAX_CLAIM_WAIT_SEC,
+    Artifact,
+    Lease,
+    Result,
+    Task,
+    Worker,
+)
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
 from bloom.runtime.services.events import (
@@ -106,7 +114,7 @@ class ClaimBody(Body):
     wait_seconds: StrictFloat | None = Field(
         None,
         ge=0,
-        le=120,
+        le=MAX_CLAIM_WAIT_SEC,
         allow_inf_nan=False,
         description="Long-poll up to this long for work (default 25).",
     )

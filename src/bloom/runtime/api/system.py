@@ -12,8 +12,8 @@ router = APIRouter(prefix="/api/runtime", tags=["system"])
 
 
 INSECURE_WARNING = (
-    "No API key, and listening beyond loopback (--insecure): anyone who can reach this server "
-    "can use every endpoint."
+    "No API key, and listening beyond loopback or behind a reverse proxy (--insecure): anyone "
+    "who can reach this server can use every endpoint."
 )
 
 
