@@ -29,7 +29,7 @@ demo: install ## The same with the echo model standing in for Claude's API: no k
 test: install claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
 	$(RUN) pytest --cov --cov-report=term:skip-covered
 
-test-fast: install ## The edit loop: unit and integration tests on SQLite, no processes (under a minute)
+test-fast: install ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
 	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude and not s3"
 
 claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched into .cache/claude-cli with npm
