@@ -1,6 +1,7 @@
 """`bloom`: one entry point for every process and tool."""
 
 import os
+import signal
 
 import typer
 
@@ -47,7 +48,10 @@ app.command("bench")(bench.bench)
 
 @app.callback()
 def settings_file() -> None:
-    """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it)."""
+    """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it).
+    Ctrl-C always interrupts, even when the parent started us with SIGINT ignored (as a
+    non-interactive shell does for `cmd &`): every command that waits says so on Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         load_env_file(os.environ)
     except EnvFileError as exc:

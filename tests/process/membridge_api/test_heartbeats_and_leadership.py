@@ -51,6 +51,8 @@ def test_leadership_of_a_project_without_nodes(http: httpx.Client) -> None:
     assert ok(http.get(f"/projects/{cid}/leadership")) == {
         "canonical_id": cid,
         "preferred_primary": None,
+        "primary_node_id": None,
+        "needs_ui_selection": False,  # no node reports on it: nothing to choose from
         "node_count": 0,
         "nodes": [],
         "epoch": 0,
