@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 
 import typer
 
@@ -51,7 +52,8 @@ def settings_file() -> None:
     """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it).
     Ctrl-C always interrupts, even when the parent started us with SIGINT ignored (as a
     non-interactive shell does for `cmd &`): every command that waits says so on Ctrl-C."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if threading.current_thread() is threading.main_thread():  # (tests run commands in threads)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         load_env_file(os.environ)
     except EnvFileError as exc:
