@@ -58,7 +58,7 @@ class AgentOps:
             data = _object(orjson.loads(response.content))
         except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
             await self._update(worker.id, {"status": WorkerStatus.OFFLINE})
-            return {"reachable": False, "error": _said(exc)}
+            return {"reachable": False, "error": said(exc)}
         await self._update(worker.id, _refreshed(worker, data, self.clock()))
         return {"reachable": True, **data}
 
@@ -104,7 +104,7 @@ class AgentOps:
                 timeout=call.timeout_sec,
             )
         except httpx.HTTPError as exc:
-            raise BadGateway(f"Agent unreachable: {_said(exc)}") from None
+            raise BadGateway(f"Agent unreachable: {said(exc)}") from None
         try:
             data = _object(orjson.loads(response.content))
         except orjson.JSONDecodeError:
@@ -137,7 +137,8 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"answer": value}
 
 
-def _said(exc: Exception) -> str:
+def said(exc: Exception) -> str:
+    """A failed call to an agent, for a person: the error's kind and message."""
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 

@@ -28,13 +28,13 @@ from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, TaskStatus
+from bloom.runtime.services.agent_ops import AGENT_KEY_HEADER, said
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.reaping import release_task_of_lost_lease
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
 log = structlog.get_logger(__name__)
-AGENT_KEY_HEADER = "X-MEMBRIDGE-AGENT"
 CONNECT_TIMEOUT_SEC = 5.0
 EXTRA_RUN_SEC = 30
 """The agent's call may last the task's timeout and this much more (as the reference's)."""
@@ -187,7 +187,7 @@ class Dispatcher:
                 timeout=httpx.Timeout(timeout_sec, connect=CONNECT_TIMEOUT_SEC),
             )
         except httpx.HTTPError as exc:
-            raise AgentRefused(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            raise AgentRefused(said(exc)) from None
         try:
             data = orjson.loads(response.content)
         except orjson.JSONDecodeError:
