@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL cluster for the test session: initdb + pg_ctl on a free port.
 
 Works as root (initdb refuses root, so the server runs as the `postgres` user) and as a normal
-user. Durability is switched off: this cluster only lives for one test session.
+user. Durability is switched off, as this cluster only lives for one test session, unless the
+test crashes it (`durable`: a commit it acknowledged must survive `crash`).
 """
 
 import glob
@@ -36,7 +37,8 @@ def _bindir() -> Path:
 
 
 class PostgresCluster:
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="bloom-pg-"))
         self.data = self.root / "data"
@@ -72,14 +74,20 @@ class PostgresCluster:
             check=True,
             capture_output=True,
         )
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server on its existing data (after `crash`), on the same port."""
         options = " ".join(
             [
                 f"-p {self.port}",
                 f"-k {self.socket_dir}",
                 "-c listen_addresses=127.0.0.1",
-                "-c fsync=off",
-                "-c synchronous_commit=off",
-                "-c full_page_writes=off",
+                *(
+                    ()
+                    if self.durable
+                    else ("-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off")
+                ),
                 "-c max_connections=300",
                 "-c shared_buffers=256MB",
             ]
@@ -105,10 +113,15 @@ class PostgresCluster:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
-    def stop(self) -> None:
+    def crash(self) -> None:
+        """Stop the server hard (`pg_ctl -m immediate`: every connection cut, no checkpoint),
+        keeping its data for `resume`."""
         subprocess.run(
             self._cmd(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"),
             check=False,
             capture_output=True,
         )
+
+    def stop(self) -> None:
+        self.crash()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -53,7 +53,7 @@ class WorkerProcess(ServerProcess):
         self.name = name
         super().__init__(data_dir)
         self.home = data_dir / f"home-{name}"
-        self.runtime_url = runtime_url
+        self.runtime_url = runtime_url.split(",")[0]  # several: replicas, the first asked first
         self.env = {
             **os.environ,
             "HOME": str(self.home),

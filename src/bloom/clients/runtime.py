@@ -1,15 +1,20 @@
 """A typed client for the runtime's HTTP API, shared by the worker and the `bloom` CLI.
 
-A 429 is waited out (as long as its `Retry-After` says) and retried a few times. Replies are
+A 429, and a 503 with `Retry-After` (the runtime's database unreachable, say), is waited out
+(as long as `Retry-After` says, with jitter) and retried a few times. Replies are
 parsed into the frozen values of `bloom.clients.wire`. Calls raise `RuntimeApiError` for an error
 reply (with the runtime's message, never a stack trace), `RuntimeContractError` for a reply
 without the shape the client reads, and `RuntimeUnreachable` when the runtime cannot be reached.
 The API key travels in the `X-Runtime-API-Key` header and nowhere else.
+
+The base URL may name several replicas, comma-separated (`http://a:5000,http://b:5000`): a call
+whose connection is refused or times out goes to the next one, and the client stays there.
 """
 
 import asyncio
 import contextlib
 import json
+import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,17 +37,23 @@ from bloom.clients.wire import (
 
 API_KEY_HEADER = "X-Runtime-API-Key"
 RATE_LIMIT_RETRIES = 3
-"""A 429 is waited out (as its Retry-After says) this many times before it is an error."""
+"""A 429 or a 503 with Retry-After is waited out this many times before it is an error."""
 MAX_RETRY_AFTER_SEC = 30.0
 T = TypeVar("T")
 
 
-def _retry_after(response: httpx.Response) -> float:
-    """The wait a 429 asks for (`Retry-After`, seconds), within bounds."""
+def _retry_after(response: httpx.Response) -> float | None:
+    """How long to wait before trying again, if the answer asks for that: a 429, or a 503 with
+    `Retry-After` (seconds, within bounds, plus up to a fifth more so that callers spread)."""
+    if response.status_code == 503 and "retry-after" not in response.headers:
+        return None  # e.g. no worker with a free slot: an answer, not an outage
+    if response.status_code not in (429, 503):
+        return None
     try:
-        return min(max(float(response.headers.get("retry-after", "1")), 0.1), MAX_RETRY_AFTER_SEC)
+        wait = min(max(float(response.headers.get("retry-after", "1")), 0.1), MAX_RETRY_AFTER_SEC)
     except ValueError:
-        return 1.0
+        wait = 1.0
+    return wait * random.uniform(1.0, 1.2)
 
 
 class RuntimeUnreachable(Exception):
@@ -94,6 +105,12 @@ def _message(response: httpx.Response) -> str:
     return json.dumps(body)[:500]
 
 
+def replica_urls(base_url: str) -> list[str]:
+    """The runtime URLs in `base_url` (one, or several comma-separated), without trailing /."""
+    urls = [url.strip().rstrip("/") for url in base_url.split(",")]
+    return [url for url in urls if url] or [base_url]
+
+
 class RuntimeClient:
     def __init__(
         self,
@@ -104,12 +121,17 @@ class RuntimeClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         headers = {API_KEY_HEADER: api_key} if api_key else {}
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=timeout_sec,
-            transport=transport,
-        )
+        self._replicas = replica_urls(base_url)
+        self._current = 0
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_sec, transport=transport)
+
+    @property
+    def base_url(self) -> str:
+        """The replica calls go to now."""
+        return self._replicas[self._current]
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}/api/runtime{path}"
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -131,18 +153,28 @@ class RuntimeClient:
     ) -> httpx.Response:
         extra: dict[str, Any] = {} if timeout_sec is None else {"timeout": timeout_sec}
         for attempt in range(RATE_LIMIT_RETRIES + 1):
-            try:
-                response = await self._http.request(
-                    method, f"/api/runtime{path}", json=body, params=params, **extra
-                )
-            except httpx.HTTPError as exc:
-                raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
-            if response.status_code != 429 or attempt == RATE_LIMIT_RETRIES:
+            response = await self._send(method, path, json=body, params=params, **extra)
+            wait = _retry_after(response)
+            if wait is None or attempt == RATE_LIMIT_RETRIES:
                 break
-            await asyncio.sleep(_retry_after(response))
+            await asyncio.sleep(wait)
         if response.status_code >= 400:
             raise RuntimeApiError(response.status_code, _message(response))
         return response
+
+    async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request; one that could not connect goes to each other replica in turn."""
+        refused = 0
+        while True:
+            try:
+                return await self._http.request(method, self._url(path), **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                refused += 1
+                if refused == len(self._replicas):
+                    raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
+                self._current = (self._current + 1) % len(self._replicas)
+            except httpx.HTTPError as exc:
+                raise RuntimeUnreachable(f"{type(exc).__name__}: {exc}") from None
 
     async def _parsed(self, parse: Parser[T], method: str, path: str, **kwargs: Any) -> T:
         response = await self._call(method, path, **kwargs)
@@ -182,7 +214,7 @@ class RuntimeClient:
         """An artifact's content as it streams, with its size (for a progress bar)."""
         try:
             async with self._http.stream(
-                "GET", f"/api/runtime/artifacts/{artifact_id}/content"
+                "GET", self._url(f"/artifacts/{artifact_id}/content")
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
@@ -205,7 +237,7 @@ class RuntimeClient:
         try:
             async with self._http.stream(
                 "GET",
-                f"/api/runtime/llm-tasks/{task_id}/events",
+                self._url(f"/llm-tasks/{task_id}/events"),
                 params=params,
                 headers=headers,
                 timeout=httpx.Timeout(30.0, read=None),

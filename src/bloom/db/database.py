@@ -9,7 +9,7 @@ SQLITE_BUSY), plus a few reader connections that WAL lets read beside the writer
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -18,12 +18,16 @@ from typing import Any, Generic, TypeVar
 import aiosqlite
 import asyncpg
 import orjson
-from sqlalchemy import Executable
+from sqlalchemy import Executable, select
 from sqlalchemy.engine import URL, make_url
 
+from bloom.db.availability import Availability, DatabaseUnavailable, unreachable
 from bloom.db.executor import Connection, Planner, Row
 
 R = TypeVar("R")
+RecoveryHook = Callable[[R], Awaitable[object]]
+CONNECT_TIMEOUT_SEC = 5.0
+PING_TIMEOUT_SEC = 2.0
 
 
 class StorageKind(StrEnum):
@@ -89,7 +93,10 @@ def resolve_database(
 
 class Database(Generic[R]):
     """The pools, and the transaction discipline every service uses. `repositories` builds the
-    schema's repositories around a connection (`write()` and `read()` hand them out)."""
+    schema's repositories around a connection (`write()` and `read()` hand them out).
+
+    An unreachable database raises `DatabaseUnavailable` (`db/availability.py`); after an
+    outage, and at start, the `recovery` hooks run in one transaction before any other use."""
 
     READERS = 4
 
@@ -101,10 +108,13 @@ class Database(Generic[R]):
         pool_size: int = 10,
         sqlite_synchronous: str = "NORMAL",
         committed: Callable[[R], None] | None = None,
+        recovery: list[RecoveryHook[R]] | None = None,
     ):
         self.target = target
         self._repositories = repositories
         self._committed = committed
+        self.recovery: list[RecoveryHook[R]] = recovery or []
+        self.availability = Availability()
         self.kind = target.kind
         self.planner = Planner(target.kind)
         self._pool_size = pool_size
@@ -122,11 +132,12 @@ class Database(Generic[R]):
             if self.kind is StorageKind.POSTGRESQL:
                 self._pool = await asyncpg.create_pool(
                     self.target.dsn,
-                    min_size=1,
+                    min_size=0,  # no floor to restore: asyncpg logs a traceback per try
                     max_size=self._pool_size,
                     init=_init_postgresql,
                     reset=_skip_reset,
                     statement_cache_size=512,
+                    timeout=CONNECT_TIMEOUT_SEC,
                 )
                 return
             readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
@@ -150,6 +161,40 @@ class Database(Generic[R]):
     async def connection(self, *, write: bool) -> AsyncIterator[Connection]:
         """A connection for one unit of work; with `write`, inside one transaction that commits
         when the block ends and rolls back if it raises."""
+        if not self.availability.recovered:
+            await self._recover()
+        async with self._unit(write=write) as connection:
+            yield connection
+
+    async def _recover(self) -> None:
+        """Run the recovery hooks, once, before the database is used again."""
+        async with self.availability.recovering:
+            if self.availability.recovered:
+                return
+            if self.recovery:
+                async with self._unit(write=True) as connection:
+                    repositories = self._repositories(connection)
+                    for hook in self.recovery:
+                        await hook(repositories)
+            self.availability.back()
+
+    @contextlib.asynccontextmanager
+    async def _unit(self, *, write: bool) -> AsyncIterator[Connection]:
+        """`connection` without the recovery check; errors that say the database cannot be
+        reached become `DatabaseUnavailable`."""
+        in_body = False
+        try:
+            async with self._connected(write=write) as connection:
+                in_body = True
+                yield connection
+                in_body = False
+        except Exception as exc:
+            if unreachable(exc, connecting=not in_body):
+                raise self.availability.lost(exc) from None
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _connected(self, *, write: bool) -> AsyncIterator[Connection]:
         if self._pool is None and self._writer is None:
             await self._open()
         if self._pool is not None:
@@ -200,6 +245,15 @@ class Database(Generic[R]):
         """One statement in its own transaction."""
         async with self.connection(write=True) as connection:
             return await connection.execute(statement, params)
+
+    async def reachable(self, timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
+        """Whether one trivial statement runs within `timeout_sec` (for health checks)."""
+        try:
+            async with asyncio.timeout(timeout_sec), self.connection(write=False) as connection:
+                await connection.execute(select(1))
+        except (DatabaseUnavailable, TimeoutError):
+            return False
+        return True
 
     async def dispose(self) -> None:
         if self._pool is not None:

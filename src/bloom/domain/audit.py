@@ -24,6 +24,7 @@ class AuditAction(StrEnum):
     AGENT_RESTARTED = "agent_restarted"
     AGENT_UNINSTALLED = "agent_uninstalled"
     LEASE_EXPIRED = "lease_expired"
+    LEASES_RENEWED = "leases_renewed"
     WORKER_REGISTERED = "worker_registered"
     WORKER_UPDATED = "worker_updated"
     WORKER_REMOVED = "worker_removed"
@@ -89,6 +90,11 @@ def worker_audit(
 def config_audit(action: AuditAction, *, now: int, actor: str, detail: str) -> AuditEntry:
     """Something that happened to the runtime's one settings row (the Membridge connection)."""
     return _entry(action, "runtime_config", "singleton", now=now, actor=actor, detail=detail)
+
+
+def leases_audit(action: AuditAction, *, now: int, actor: str, detail: str) -> AuditEntry:
+    """Something done to every active lease at once (after an outage of ours)."""
+    return _entry(action, "leases", "active", now=now, actor=actor, detail=detail)
 
 
 def project_audit(

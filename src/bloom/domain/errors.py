@@ -1,5 +1,10 @@
 """What a use-case can refuse. The API maps each kind to its HTTP status."""
 
+from collections.abc import Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class ServiceError(Exception):
     """A refusal with a message fit for the client."""
@@ -36,3 +41,8 @@ class Unavailable(ServiceError):
 
 class BadGateway(ServiceError):
     """An upstream service (Membridge) could not be reached or answered nonsense (502)."""
+
+
+def by_kind(exc: ServiceError, table: Mapping[type[ServiceError], T], default: T) -> T:
+    """The entry of `table` for `exc`'s kind; for a subclass, its nearest listed base's."""
+    return next((table[kind] for kind in type(exc).__mro__ if kind in table), default)

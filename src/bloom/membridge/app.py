@@ -11,7 +11,7 @@ from bloom.membridge import API_VERSION
 from bloom.membridge.api import agents, fleet, jobs, metrics, projects, system
 from bloom.membridge.auth import METRICS_PATH, PUBLIC_PATHS, AdminKeyMiddleware
 from bloom.membridge.container import build_container
-from bloom.membridge.http import install_error_handlers, invalid_query
+from bloom.membridge.http import detail_body, install_error_handlers, invalid_query
 from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
@@ -92,7 +92,7 @@ def create_app(
         settings,
         too_large=b'{"detail":"Request body too large"}',
         not_found=b'{"detail":"Not Found"}',
-        unexpected=b'{"detail":"Internal server error"}',
+        error_body=detail_body,
         bad_query=invalid_query,
         docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/health"},

@@ -10,14 +10,24 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from bloom.domain.errors import Conflict, NotFound, ServiceError
+from bloom.domain.errors import BadGateway, Conflict, NotFound, ServiceError, Unavailable, by_kind
 
-SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409}
+SERVICE_STATUS: dict[type[ServiceError], int] = {
+    NotFound: 404,
+    Conflict: 409,
+    BadGateway: 502,
+    Unavailable: 503,
+}
 NUL_MESSAGE = "Must not contain NUL characters"
 
 
-def detail(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"detail": message}, status_code=status)
+def detail(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status, headers=headers)
+
+
+def detail_body(message: str) -> bytes:
+    """An error answer's body, for the middleware that answer outside the routes."""
+    return json.dumps({"detail": message}).encode()
 
 
 def invalid_query(name: str) -> tuple[int, bytes]:
@@ -29,4 +39,6 @@ def invalid_query(name: str) -> tuple[int, bytes]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> JSONResponse:
-        return detail(SERVICE_STATUS.get(type(exc), 400), exc.message)
+        retry_after = getattr(exc, "retry_after_sec", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return detail(by_kind(exc, SERVICE_STATUS, 400), exc.message, headers=headers)

@@ -22,7 +22,7 @@ from bloom.runtime.api import (
 from bloom.runtime.auth import IdentityMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.dashboard import actions, login, pages
-from bloom.runtime.http import install_error_handlers, invalid_query
+from bloom.runtime.http import error_body, install_error_handlers, invalid_query
 from bloom.runtime.login import LoginCodec
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
@@ -112,7 +112,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         settings,
         too_large=b'{"error":"Request body too large"}',
         not_found=b'{"error":"Not found"}',
-        unexpected=b'{"error":"Internal server error"}',
+        error_body=error_body,
         bad_query=invalid_query,
         docs_paths={"/api/docs", app.swagger_ui_oauth2_redirect_url or ""},
         redirect_exempt={"/api/runtime/health", "/api/membridge/health"},

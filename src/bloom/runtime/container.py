@@ -26,7 +26,7 @@ from bloom.runtime.services.history import HistoryService
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
 from bloom.runtime.services.metrics import MetricsService
-from bloom.runtime.services.reaping import LeaseReaper
+from bloom.runtime.services.reaping import LeaseReaper, renew_after_outage
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
 from bloom.runtime.services.state_log import log_state_changes
@@ -134,6 +134,7 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         pool_size=settings.db_pool_size,
         sqlite_synchronous=settings.sqlite_synchronous,
         committed=log_state_changes,
+        recovery=[lambda tx: renew_after_outage(tx, clock())],
     )
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)

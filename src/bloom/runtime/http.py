@@ -22,6 +22,7 @@ from bloom.domain.errors import (
     NotFound,
     ServiceError,
     Unavailable,
+    by_kind,
 )
 from bloom.runtime.access import unknown_route_refused
 
@@ -51,6 +52,11 @@ class JSON(Response):
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSON:
     return JSON({"error": message}, status_code=status, headers=headers)
+
+
+def error_body(message: str) -> bytes:
+    """An error answer's body, for the middleware that answer outside the routes."""
+    return orjson.dumps({"error": message})
 
 
 def invalid(message: str, field: str | None = None) -> JSON:
@@ -104,7 +110,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _service(_: Request, exc: ServiceError) -> Response:
         retry_after = getattr(exc, "retry_after_sec", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return error(SERVICE_STATUS.get(type(exc), 400), exc.message, headers=headers)
+        return error(by_kind(exc, SERVICE_STATUS, 400), exc.message, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

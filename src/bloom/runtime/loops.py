@@ -7,10 +7,19 @@ from typing import Protocol
 
 import structlog
 
+from bloom.db.availability import DatabaseUnavailable
 from bloom.domain.clock import Clock
 from bloom.runtime.services.reaping import LeaseReaper
 
 log = structlog.get_logger(__name__)
+OUTAGE_MAX_DELAY_SEC = 10.0
+
+
+def outage_delay(interval_sec: float, failures: int) -> float:
+    """The pause after `failures` passes in a row found the database unreachable: doubling from
+    the loop's interval, to at most OUTAGE_MAX_DELAY_SEC (a slow reaper costs nothing then: the
+    leases get a full TTL when the database is back)."""
+    return min(interval_sec * 2.0 ** (failures - 1), max(interval_sec, OUTAGE_MAX_DELAY_SEC))
 
 
 class Loop(Protocol):
@@ -31,6 +40,7 @@ class ReaperLoop:
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
+        outages = 0
         while not self._stopping.is_set():
             delay = self.interval_sec
             try:
@@ -43,6 +53,10 @@ class ReaperLoop:
                 if next_expiry is not None:
                     due_in = (next_expiry - self.clock()) / 1000 + 0.01
                     delay = max(self.MIN_DELAY_SEC, min(delay, due_in))
+                outages = 0
+            except DatabaseUnavailable:  # said once, by the database's availability
+                outages += 1
+                delay = outage_delay(self.interval_sec, outages)
             except Exception:
                 log.exception("reaper_failed")
             with contextlib.suppress(TimeoutError):
@@ -65,19 +79,25 @@ class PeriodicLoop:
         self._current: asyncio.Future[object] | None = None
 
     async def run(self) -> None:
+        outages = 0
         while not self._stopping.is_set():
+            delay = self.interval_sec
             self._current = asyncio.ensure_future(self.step())
             try:
                 await self._current
+                outages = 0
             except asyncio.CancelledError:
                 if not self._stopping.is_set():
                     raise
+            except DatabaseUnavailable:  # said once, by the database's availability
+                outages += 1
+                delay = outage_delay(self.interval_sec, outages)
             except Exception:
                 log.exception("loop_step_failed", loop=self.name)
             finally:
                 self._current = None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self.interval_sec)
+                await asyncio.wait_for(self._stopping.wait(), delay)
 
     def stop(self) -> None:
         self._stopping.set()

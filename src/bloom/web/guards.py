@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bloom.domain.errors import Unavailable
 from bloom.web.settings import ServerSettings
 
 log = structlog.get_logger("bloom.http")
@@ -115,6 +116,8 @@ def contains_nul(value: Any) -> bool:
 
 
 BadQuery = Callable[[str], tuple[int, bytes]]
+ErrorBody = Callable[[str], bytes]
+"""An app's error answer (`{"error": …}` or `{"detail": …}`) around a message."""
 
 
 class ControlCharacterMiddleware:
@@ -141,7 +144,9 @@ class ControlCharacterMiddleware:
         await self.app(scope, receive, send)
 
 
-async def _answer(send: Send, status: int, body: bytes) -> None:
+async def _answer(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -149,6 +154,7 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *(headers or []),
             ],
         }
     )
@@ -156,9 +162,12 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
 
 
 class UnexpectedErrorMiddleware:
-    def __init__(self, app: ASGIApp, *, answer: bytes):
+    """What the routes' handlers did not answer: a refusal raised in a middleware (the database
+    unreachable while the caller's key is looked up: 503) or a bug (500, logged)."""
+
+    def __init__(self, app: ASGIApp, *, error_body: ErrorBody):
         self.app = app
-        self.answer = answer
+        self.error_body = error_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -175,11 +184,17 @@ class UnexpectedErrorMiddleware:
             await self.app(scope, receive, tracking_send)
         except BodyTooLarge:
             raise  # the body limit answers it
+        except Unavailable as exc:
+            if started:
+                raise
+            retry = exc.retry_after_sec
+            headers = [(b"retry-after", str(retry).encode())] if retry is not None else []
+            await _answer(send, 503, self.error_body(exc.message), headers)
         except Exception as exc:
             log.exception("unhandled_error", path=scope["path"], error_type=type(exc).__name__)
             if started:  # too late for another answer; the server closes the connection
                 raise
-            await _answer(send, 500, self.answer)
+            await _answer(send, 500, self.error_body("Internal server error"))
 
 
 class SecurityHeadersMiddleware:
@@ -278,14 +293,14 @@ def install_http_guards(
     bad_query: BadQuery,
     docs_paths: Collection[str],
     redirect_exempt: Collection[str],
-    unexpected: bytes | None = None,
+    error_body: ErrorBody | None = None,
 ) -> None:
     """Add the guards (call it before the request-log middleware, which stays outermost): the
     redirect first, then the headers, then the body limit and the control characters, in front
-    of everything else; with `unexpected` (the app's 500 body), unhandled exceptions are
-    answered inside them. The bodies given are the app's own error answers."""
-    if unexpected is not None:
-        app.add_middleware(UnexpectedErrorMiddleware, answer=unexpected)
+    of everything else; with `error_body` (the app's error shape), what the routes' handlers did
+    not answer is answered inside them. The bodies given are the app's own error answers."""
+    if error_body is not None:
+        app.add_middleware(UnexpectedErrorMiddleware, error_body=error_body)
     app.add_middleware(ControlCharacterMiddleware, not_found=not_found, bad_query=bad_query)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, answer=too_large)
     app.add_middleware(SecurityHeadersMiddleware, docs_paths=docs_paths)

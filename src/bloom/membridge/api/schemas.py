@@ -276,6 +276,15 @@ class JobOut(BaseModel):
         )
 
 
+class Unreachable(BaseModel):
+    """/health while the database cannot be reached (503)."""
+
+    status: Literal["unavailable"] = "unavailable"
+    service: str
+    version: str
+    database: Literal["unreachable"] = "unreachable"
+
+
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     service: str

@@ -303,6 +303,7 @@ class Health:
     version: str
     uptime: float
     storage: str
+    database: str  # "ok", or "unreachable" (with status "unavailable" and 503)
     membridge: dict[str, Any]
     insecure: bool | None = None  # true, with `warning`, when serving open (--insecure)
     warning: str | None = None

@@ -17,19 +17,28 @@ INSECURE_WARNING = (
 )
 
 
-@router.get("/health", response_model=Health, summary="Liveness, storage kind, uptime, version")
+@router.get(
+    "/health",
+    response_model=Health,
+    summary="Liveness, storage kind and reachability, uptime, version",
+    responses={503: {"model": Health, "description": "The database cannot be reached"}},
+)
 async def health(container: AppContainer) -> JSON:
+    """200 while the database answers; 503 with `database: "unreachable"` while it does not,
+    so that a load balancer routes away from this replica."""
+    reachable = await container.db.reachable()
     answer = {
-        "status": "ok",
+        "status": "ok" if reachable else "unavailable",
         "service": "bloom-runtime",
         "version": __version__,
         "uptime": round(container.uptime, 3),
         "storage": container.db.kind,
+        "database": "ok" if reachable else "unreachable",
         "membridge": container.membridge_client.state.as_json(),
     }
     if container.settings.serving_insecure:
         answer |= {"insecure": True, "warning": INSECURE_WARNING}
-    return JSON(answer)
+    return JSON(answer, status_code=200 if reachable else 503)
 
 
 @router.get("/config", response_model=RuntimeConfig, summary="Membridge settings (key masked)")

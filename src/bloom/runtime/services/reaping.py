@@ -1,6 +1,8 @@
 """Reaping lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
 
-from bloom.domain.audit import AuditAction, lease_audit, task_audit, worker_audit
+import structlog
+
+from bloom.domain.audit import AuditAction, lease_audit, leases_audit, task_audit, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
@@ -8,6 +10,8 @@ from bloom.domain.states import IN_FLIGHT, TaskStatus
 from bloom.runtime.services import metrics
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+log = structlog.get_logger(__name__)
 
 REAPER_LOCK_KEY = 0x626C6F6F6D01  # one reaper pass at a time across replicas
 LOST_LEASE_ACTIONS = {
@@ -48,6 +52,26 @@ async def release_task_of_lost_lease(
             )
         )
     return updated
+
+
+async def renew_after_outage(tx: Repositories, now: int) -> int:
+    """Give every active lease a full TTL from now. Run at start and when the database is back
+    (`Database.recovery`): while we could not be reached no worker could heartbeat, and a
+    worker that kept working must not lose its task for our outage. A worker that really died
+    is still found, one TTL later."""
+    renewed = await tx.leases.renew_all(now)
+    if renewed:
+        log.info("leases_renewed_after_outage", count=renewed)
+        await tx.audit.add(
+            leases_audit(
+                AuditAction.LEASES_RENEWED,
+                now=now,
+                actor="runtime",
+                detail=f"{renewed} active lease(s) given a full TTL: the runtime or its "
+                "database was unreachable, so their workers could not heartbeat",
+            )
+        )
+    return renewed
 
 
 class LeaseReaper:

@@ -15,7 +15,8 @@ import asyncpg
 import structlog
 from sqlalchemy import Text, bindparam, func, literal_column, select, text
 
-from bloom.db.database import Database, DatabaseTarget
+from bloom.db.availability import DatabaseUnavailable
+from bloom.db.database import CONNECT_TIMEOUT_SEC, Database, DatabaseTarget
 
 log = structlog.get_logger(__name__)
 QUEUE_CHANNEL = "bloom_queue"
@@ -25,6 +26,7 @@ _NOTIFY_EVENTS = select(
     func.pg_notify(literal_column(f"'{EVENTS_CHANNEL}'"), bindparam("b_payload", type_=Text()))
 )
 PAYLOAD_BYTES = 7000  # PostgreSQL's limit is 8000
+MAX_RETRY_SEC = 5.0
 
 
 class QueuePublisher:
@@ -51,6 +53,8 @@ class QueuePublisher:
                     write=False
                 ) as connection:  # autocommit: 1 round trip
                     await connection.execute(_NOTIFY)
+            except DatabaseUnavailable:
+                pass  # said once, by the database's availability
             except Exception as exc:  # waiters elsewhere fall back to their recheck
                 log.warning("queue_notify_failed", error=str(exc))
 
@@ -78,6 +82,8 @@ class EventsPublisher:
                 async with self._db.connection(write=False) as connection:
                     for payload in payloads(sorted(task_ids)):
                         await connection.execute(_NOTIFY_EVENTS, {"b_payload": payload})
+            except DatabaseUnavailable:
+                pass  # said once, by the database's availability
             except Exception as exc:  # followers elsewhere fall back to their recheck
                 log.warning("events_notify_failed", error=str(exc))
 
@@ -119,18 +125,23 @@ class QueueListener:
         self._stopping = asyncio.Event()
 
     async def run(self) -> None:
+        failures = 0  # in a row: one warning per outage, and a growing pause (to MAX_RETRY_SEC)
         while not self._stopping.is_set():
             try:
                 await self._listen()
-            except (OSError, asyncpg.PostgresError) as exc:
-                log.warning("queue_listener_disconnected", error=str(exc))
+                failures = 0
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                if not failures:
+                    log.warning("queue_listener_disconnected", error=str(exc))
+                failures += 1
             if not self._stopping.is_set():
-                await _first_of(asyncio.sleep(self._retry_sec), self._stopping.wait())
+                pause = min(self._retry_sec * 2 ** max(failures - 1, 0), MAX_RETRY_SEC)
+                await _first_of(asyncio.sleep(pause), self._stopping.wait())
 
     async def _listen(self) -> None:
         """Listen on one connection until it is lost or we stop."""
         lost = asyncio.Event()
-        conn = await asyncpg.connect(self._dsn)
+        conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_SEC)
         try:
             conn.add_termination_listener(lambda _conn: lost.set())
             await conn.add_listener(QUEUE_CHANNEL, self._notified)
@@ -139,6 +150,7 @@ class QueueListener:
             self._on_notify()
             if self._on_events is not None:
                 self._on_events(None)
+            log.debug("queue_listener_connected")
             await _first_of(lost.wait(), self._stopping.wait())
         finally:
             if not conn.is_closed():

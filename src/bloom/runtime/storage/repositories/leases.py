@@ -111,6 +111,13 @@ _LATEST_HOLDER = (
     .order_by(lz.c.started_at.desc(), lz.c.id.desc())
     .limit(1)
 )
+_FULL_TTL = bindparam("b_now", type_=BigInteger) + lz.c.ttl_seconds * 1000
+_RENEW_ALL = (
+    update(lz)
+    .where(ACTIVE, lz.c.expires_at < _FULL_TTL)
+    .values(expires_at=_FULL_TTL)
+    .returning(lz.c.id)
+)
 _NEXT_EXPIRY = select(func.min(lz.c.expires_at)).where(ACTIVE)
 _TASK_WITH_LEASE = (
     select(*TASK_COLUMNS, *[c.label(f"lease__{c.name}") for c in LEASE_COLUMNS])
@@ -214,6 +221,10 @@ class LeaseRepository(Repository):
 
     async def overdue_ids(self, now: int, limit: int) -> list[str]:
         return [row["id"] for row in await self.run(_OVERDUE, {"b_now": now, "b_limit": limit})]
+
+    async def renew_all(self, now: int) -> int:
+        """Give every active lease at least its full TTL from `now`; how many were extended."""
+        return len(await self.run(_RENEW_ALL, {"b_now": now}))
 
     async def next_expiry(self) -> int | None:
         value = await self.scalar(_NEXT_EXPIRY)
