@@ -7,7 +7,7 @@ state-changing request made with the login cookie.
 
 import secrets
 import time
-from typing import Annotated
+from typing import Annotated, Literal, TypedDict
 from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
@@ -47,15 +47,25 @@ def _safe_next(target: str) -> str:
 def _set_cookie(
     response: Response, request: Request, name: str, value: str, max_age: int, path: str
 ) -> None:
-    response.set_cookie(
-        name,
-        value,
-        max_age=max_age,
-        path=path,
-        httponly=True,
-        samesite="lax",
-        secure=client_scheme(request.scope, request.app.state.trusted_proxies) == "https",
-    )
+    response.set_cookie(name, value, max_age=max_age, **_cookie_attributes(request, path))
+
+
+def _delete_cookie(response: Response, request: Request, name: str, path: str) -> None:
+    """With the attributes it was set with: a browser may ignore a deletion that differs (a
+    `Secure` cookie is replaced only by a `Secure` one)."""
+    response.delete_cookie(name, **_cookie_attributes(request, path))
+
+
+class _CookieAttributes(TypedDict):
+    path: str
+    httponly: bool
+    samesite: Literal["lax"]
+    secure: bool
+
+
+def _cookie_attributes(request: Request, path: str) -> _CookieAttributes:
+    secure = client_scheme(request.scope, request.app.state.trusted_proxies) == "https"
+    return {"path": path, "httponly": True, "samesite": "lax", "secure": secure}
 
 
 def _login_page(request: Request, next_path: str, message: str, status: int) -> HTMLResponse:
@@ -89,7 +99,7 @@ async def login(request: Request, credentials: Credentials) -> Response:
     cookie, _ = _codec(request).issue(user.id, password_stamp(user.password), int(time.time()))
     done = RedirectResponse(next_path, status_code=303)
     _set_cookie(done, request, COOKIE, cookie, LIFETIME_SEC, "/")
-    done.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    _delete_cookie(done, request, LOGIN_CSRF_COOKIE, "/login")
     return done
 
 
@@ -101,7 +111,7 @@ async def logout(request: Request) -> Response:
     if held is not None and not token_matches(held.csrf, presented):
         return error(403, "Forbidden: CSRF token missing or wrong")
     done = RedirectResponse("/login", status_code=303)
-    done.delete_cookie(COOKIE, path="/")
+    _delete_cookie(done, request, COOKIE, "/")
     return done
 
 
