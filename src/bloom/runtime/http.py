@@ -21,6 +21,7 @@ from bloom.domain.errors import (
     Invalid,
     NotFound,
     ServiceError,
+    Throttled,
     Unavailable,
 )
 from bloom.runtime.access import unknown_route_refused
@@ -32,6 +33,7 @@ SERVICE_STATUS: dict[type[ServiceError], int] = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    Throttled: 429,
     BadGateway: 502,
     Unavailable: 503,
 }

@@ -13,6 +13,7 @@ from urllib.parse import urlencode, urlsplit
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from bloom.domain.errors import Throttled
 from bloom.domain.identity import Kind
 from bloom.runtime.access import LoginRequired, PageRefused
 from bloom.runtime.api.deps import Caller, Credentials
@@ -27,7 +28,7 @@ from bloom.runtime.login import (
     password_stamp,
 )
 from bloom.runtime.login import csrf_matches as token_matches
-from bloom.web.client_address import client_scheme
+from bloom.web.client_address import client_address, client_scheme
 from bloom.web.forms import read_form
 
 router = APIRouter(tags=["session"])  # the OpenAPI tag, as published
@@ -68,14 +69,19 @@ def _cookie_attributes(request: Request, path: str) -> _CookieAttributes:
     return {"path": path, "httponly": True, "samesite": "lax", "secure": secure}
 
 
-def _login_page(request: Request, next_path: str, message: str, status: int) -> HTMLResponse:
+def _login_page(
+    request: Request, next_path: str, message: str, status: int, retry_after: int | None = None
+) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
     body = (
         environment()
         .get_template("login.html")
         .render(csrf=csrf, next=_safe_next(next_path), message=message, assets=asset_version())
     )
-    page = HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+    headers = {"Cache-Control": "no-store"}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    page = HTMLResponse(body, status_code=status, headers=headers)
     _set_cookie(page, request, LOGIN_CSRF_COOKIE, csrf, 3600, "/login")
     return page
 
@@ -93,7 +99,13 @@ async def login(request: Request, credentials: Credentials) -> Response:
     next_path = _safe_next(form.get("next", "/"))
     if not token_matches(request.cookies.get(LOGIN_CSRF_COOKIE, ""), form.get("csrf_token")):
         return _login_page(request, next_path, "The form expired; please try again.", 403)
-    user = await credentials.login(form.get("username", ""), form.get("password", ""))
+    address = client_address(request.scope, request.app.state.trusted_proxies)
+    try:
+        user = await credentials.login(form.get("username", ""), form.get("password", ""), address)
+    except Throttled as refused:
+        wait = refused.retry_after_sec
+        message = f"Too many failed logins: please try again in {wait} s."
+        return _login_page(request, next_path, message, 429, retry_after=wait)
     if user is None:
         return _login_page(request, next_path, "Wrong user or password.", 401)
     cookie, _ = _codec(request).issue(user.id, password_stamp(user.password), int(time.time()))
