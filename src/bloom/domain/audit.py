@@ -39,6 +39,16 @@ class AuditAction(StrEnum):
 LOCKED_USERNAME = "username"
 LOCKED_ADDRESS = "client_address"
 """What failed logins lock out: a user name (known or not), or a client address."""
+ENTITY_TYPES = (
+    "llm_task",
+    "lease",
+    "worker",
+    "runtime_config",
+    "membridge_project",
+    LOCKED_USERNAME,
+    LOCKED_ADDRESS,
+)
+"""What an entry can be about (its `entity_type`), one per builder below."""
 
 
 def _entry(
