@@ -393,18 +393,31 @@ async def test_the_session_cookie_is_secure_when_a_trusted_proxy_says_https(
     """Behind a TLS-terminating proxy the connection is plain http; the proxy's
     X-Forwarded-Proto decides, and only when the proxy is trusted."""
     proxies = ["127.0.0.1"] if trusted else []
-    app = create_app(make_settings(database_url, tmp_path, trusted_proxies=proxies))
+    settings = make_settings(database_url, tmp_path, trusted_proxies=proxies, api_key=ADMIN_KEY)
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 4711))
         async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
             await app.state.container.credentials.create_user("ada", PASSWORD, Role.VIEWER)
             https = {"X-Forwarded-Proto": "https"}
             page, done = await submit_login(http, "ada", PASSWORD, https)
-    assert done.status_code == 303, done.text
-    for reply in (page, done):
-        cookies = [c for c in reply.headers.get_list("set-cookie") if "max-age=0" not in c.lower()]
-        assert cookies
-        assert all(("; secure" in cookie.lower()) is trusted for cookie in cookies), cookies
+            assert done.status_code == 303, done.text
+            session = f"bloom_session={done.cookies['bloom_session']}"
+            me = await http.get(f"{API}/session", headers=https | {"Cookie": session})
+            csrf = {"X-CSRF-Token": me.json()["csrf_token"]}
+            out = await http.post("/logout", headers=https | csrf | {"Cookie": session})
+    assert out.status_code == 303, out.text
+    set_cookies = [c.lower() for r in (page, done, out) for c in r.headers.get_list("set-cookie")]
+    assert all(("; secure" in cookie) is trusted for cookie in set_cookies), set_cookies
+    # Each deletion (the login form's token after login, the session at logout) carries the
+    # attributes its cookie was set with, so that a browser honours it behind TLS.
+    deletions = [c for c in set_cookies if "max-age=0" in c]
+    assert {c.split("=", 1)[0] for c in deletions} == {"bloom_login_csrf", "bloom_session"}
+    for deleted in deletions:
+        name = deleted.split("=", 1)[0]
+        made = next(c for c in set_cookies if c.startswith(f"{name}=") and c not in deletions)
+        attributes = {a.strip() for a in made.split(";")[1:] if not a.strip().startswith("max")}
+        assert attributes <= {a.strip() for a in deleted.split(";")[1:]}, (made, deleted)
 
 
 async def test_a_key_header_needs_no_csrf_token_even_beside_a_login_cookie(

@@ -350,8 +350,8 @@ async def test_dashboard_pages_are_rate_limited_like_the_api(
 ) -> None:
     from bloom.runtime.app import create_app
 
-    settings = make_settings(
-        database_url, tmp_path, api_key=ADMIN_KEY, rate_limit_api=3, rate_limit_enabled=True
+    settings = make_settings(  # an anonymous browser: its address's anonymous budget
+        database_url, tmp_path, api_key=ADMIN_KEY, rate_limit_anonymous=3, rate_limit_enabled=True
     )
     app = create_app(settings)
     async with app.router.lifespan_context(app):

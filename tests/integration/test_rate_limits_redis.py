@@ -1,5 +1,5 @@
-"""Rate limits on Redis: counters shared between apps, an expiry lost, and an unreachable Redis
-failing open with one warning per outage."""
+"""Rate limits and login lockouts on Redis: counters shared between apps, an expiry lost, and an
+unreachable Redis failing open with one warning per outage."""
 
 import asyncio
 import contextlib
@@ -9,8 +9,10 @@ from typing import Any
 import coredis
 import pytest
 
+from bloom.domain.identity import Role
 from bloom.web import rate_limit
 from bloom.web.rate_limit import Budget
+from tests.support.access import ADMIN_KEY, submit_login
 from tests.support.api import API
 from tests.support.net import closed_port, free_port
 from tests.support.rate_limits import (
@@ -164,3 +166,45 @@ async def test_a_redis_outage_fails_open_once_and_the_limits_come_back_with_it(
         ("warning", "rate_limit_storage_unavailable"),
         ("info", "rate_limit_storage_recovered"),
     ]
+
+
+async def test_two_apps_on_one_redis_share_their_login_lockouts(
+    tmp_path: Path, sqlite_template: Path, redis_prefix: str
+) -> None:
+    shared = {
+        "api_key": ADMIN_KEY,
+        "rate_limit_enabled": False,
+        "login_max_failures": 2,
+        "login_lockout_sec": 60,
+        "rate_limit_storage": REDIS,
+        "rate_limit_key_prefix": redis_prefix,
+    }
+    async with (
+        runtime(tmp_path, sqlite_template, **shared) as one,
+        runtime(tmp_path, sqlite_template, **shared) as two,
+    ):
+        for rt in (one, two):  # two databases: the user exists in each
+            await rt.app.state.container.credentials.create_user("ada", "a password!", Role.ADMIN)
+        for rt in (one, two):
+            failed = await submit_login(rt.caller("198.51.100.1"), "ada", "wrong password")
+            assert failed[1].status_code == 401
+        for rt in (one, two):
+            refused = await submit_login(rt.caller("203.0.113.7"), "ada", "a password!")
+            assert refused[1].status_code == 429
+            assert 50 <= int(refused[1].headers["retry-after"]) <= 60
+
+
+async def test_redis_unreachable_lets_logins_pass_without_lockouts(
+    tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = Recorder()
+    monkeypatch.setattr(rate_limit, "log", recorder)
+    down = f"redis://127.0.0.1:{closed_port()}/0"
+    options = {"api_key": ADMIN_KEY, "rate_limit_storage": down, "login_max_failures": 1}
+    async with runtime(tmp_path, sqlite_template, **options) as rt:
+        await rt.app.state.container.credentials.create_user("ada", "a password!", Role.ADMIN)
+        caller = rt.caller("198.51.100.1")
+        failed = [(await submit_login(caller, "ada", "wrong"))[1].status_code for _ in range(3)]
+        assert failed == [401] * 3
+        assert (await submit_login(caller, "ada", "a password!"))[1].status_code == 303
+    assert ("warning", "rate_limit_storage_unavailable") in recorder.events

@@ -1,14 +1,19 @@
 """`bloom up`'s process supervision, with small shell and Python children: order, readiness,
-prefixed output, failures with their last lines, and stopping whole process groups."""
+prefixed output, failures with their last lines, stopping whole process groups, and stopping
+everything when the output pipe breaks."""
 
+import contextlib
 import os
+import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bloom.cli.supervisor import (
@@ -21,7 +26,7 @@ from bloom.cli.supervisor import (
     port_in_use,
     prefix,
 )
-from tests.support.net import closed_port
+from tests.support.net import closed_port, free_port
 
 
 def sh(script: str) -> list[str]:
@@ -223,3 +228,72 @@ def test_readiness_helpers():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         assert port_in_use(sock.getsockname()[1]) is True
+
+
+STACK = """
+import os, sys
+from pathlib import Path
+from bloom.cli.supervisor import ChildSpec, http_ready
+from bloom.cli.up import UpOptions, run_stack
+
+ports = [int(port) for port in sys.argv[1:]]
+children = [
+    ChildSpec(
+        f"model{n}",
+        [sys.executable, "-m", "bloom.cli.main", "echo-model", "serve", "--port", str(port)],
+        dict(os.environ),
+        http_ready(f"http://127.0.0.1:{port}/_requests"),
+    )
+    for n, port in enumerate(ports)
+]
+sys.exit(run_stack(UpOptions(data_dir=Path(".")), children))
+"""
+
+
+def stack_of_echo_models(
+    tmp_path: Path, ports: list[int]
+) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    """`bloom up`'s `run_stack` over echo models, its stdout and stderr on one pipe (as
+    `2>&1 | tee`), read up to the banner; the process and its children's pids."""
+    script = tmp_path / "stack.py"
+    script.write_text(STACK)
+    process = subprocess.Popen(
+        [sys.executable, str(script), *map(str, ports)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    while not any("BLOOM is up" in line for line in lines):
+        line = process.stdout.readline()
+        assert line, "the stack ended before it was up:\n" + "".join(lines)
+        lines.append(line)
+    found = (re.search(r"started (\w+) \(pid (\d+)\)", line) for line in lines)
+    return process, {m.group(1): int(m.group(2)) for m in found if m}
+
+
+@pytest.mark.parametrize("then", ["a line to write", "Ctrl-C"])
+def test_a_closed_output_pipe_stops_every_child_and_the_supervisor(tmp_path, then):
+    """`make demo 2>&1 | tee demo.log`, and tee gone (Ctrl-C reaches it too): the next line the
+    supervisor writes (a child's access log line, or its own `stopping …`) fails, and it stops
+    every child, rather than dying with them left running."""
+    ports = [free_port()]  # one child: each takes seconds to start
+    process, children = stack_of_echo_models(tmp_path, ports)
+    try:
+        assert set(children) == {"model0"}
+        assert process.stdout is not None
+        process.stdout.close()
+        if then == "Ctrl-C":
+            process.send_signal(signal.SIGINT)
+        else:
+            httpx.get(f"http://127.0.0.1:{ports[0]}/_requests")  # uvicorn logs the request
+        assert process.wait(30) == 0
+        wait_for(lambda: all(group_gone(pid) for pid in children.values()))
+        assert not any(port_in_use(port) for port in ports)
+    finally:
+        process.kill()
+        for pid in children.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

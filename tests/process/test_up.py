@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.cli.supervisor import port_in_use
 from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, banner, plan
 from bloom.worker import claude_cli
 from tests.process.test_s3_artifacts import bloom
@@ -328,6 +329,26 @@ def test_a_child_that_dies_later_stops_the_others(tmp_path, started):
     assert up.finish() == 1, up.text()
     assert all(gone(pid) for pid in children.values())
     assert "bloom up: runtime was killed by signal SIGKILL unexpectedly" in "\n".join(up.err)
+
+
+def wait_gone(children: dict[str, int], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while left := {name: pid for name, pid in children.items() if not gone(pid)}:
+        assert time.monotonic() < deadline, f"still running: {left}"
+        time.sleep(0.1)
+
+
+def test_bloom_up_killed_with_sigkill_leaves_no_child(tmp_path, started):
+    """Each child watches a pipe only bloom up holds open: SIGKILL closes it, and they stop."""
+    up = Up(tmp_path, BLOOM_CLAUDE_BIN="/bin/true")
+    started.append(up)
+    up.wait_for("BLOOM is up")
+    children = up.children()
+    assert set(children) == {"membridge", "runtime", "worker"}
+    up.process.kill()
+    wait_gone(children)
+    assert not port_in_use(up.port)
+    assert not port_in_use(up.membridge_port)
 
 
 def test_ports_in_use_are_refused_before_anything_starts(tmp_path):

@@ -1,5 +1,6 @@
 """Pure domain rules: worker routing, retry policy, secret masking and time-ordered ids."""
 
+import base64
 import itertools
 import random
 import threading
@@ -423,3 +424,25 @@ def test_new_ids_increase_for_any_clock_sequence(times: list[int]) -> None:
         made = [ids.new_id(t) for t in times]
         assert made == sorted(made)
         assert len(set(made)) == len(made)
+
+
+def test_failed_logins_lock_out_from_the_limit_on_doubling_up_to_the_cap() -> None:
+    from bloom.domain.credentials import LoginPolicy
+
+    policy = LoginPolicy(backoff=RetryPolicy(base_ms=2_000, max_ms=60_000))
+    assert [policy.lockout_sec(n, 5) for n in range(1, 12)] == [0, 0, 0, 0, 2, 4, 8, 16, 32, 60, 60]
+    assert policy.lockout_sec(10**6, 5) == 60
+    assert policy.lockout_sec(1, 1) == 2
+
+
+def test_the_decoy_hash_costs_what_a_real_password_check_costs_and_matches_nothing() -> None:
+    from bloom.domain.credentials import DECOY_HASH, hash_password, verify_password
+
+    def cost(stored: str) -> list[str]:
+        scheme, n, r, p, _, digest = stored.split("$")
+        return [scheme, n, r, p, str(len(base64.b64decode(digest)))]
+
+    real = hash_password("a real password")
+    assert cost(DECOY_HASH) == cost(real)
+    assert not verify_password("", DECOY_HASH)
+    assert verify_password("a real password", real)

@@ -18,12 +18,12 @@ from tests.support.membridge import membridge_settings
 def test_the_defaults_are_the_seeds_budgets_and_a_larger_one_for_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("API", "TEST_CONNECTION", "WORKER", "ENABLED", "STORAGE"):
+    for name in ("API", "TEST_CONNECTION", "WORKER", "ANONYMOUS", "ENABLED", "STORAGE"):
         monkeypatch.delenv(f"BLOOM_RATE_LIMIT_{name}", raising=False)
     runtime = RuntimeSettings()
     assert runtime.rate_limit_enabled is True
     assert (runtime.rate_limit_api, runtime.rate_limit_test_connection) == (100, 20)
-    assert runtime.rate_limit_worker == 3000
+    assert (runtime.rate_limit_worker, runtime.rate_limit_anonymous) == (3000, 60)
     assert runtime.rate_limit_storage == "memory://"
     membridge = MembridgeSettings()
     assert membridge.rate_limit_enabled is True
@@ -88,7 +88,7 @@ def charged(policy: Any, method: str, path: str, **extra: Any) -> list[tuple[str
 
 
 def test_the_runtime_policy() -> None:
-    from bloom.domain.identity import Identity, Kind, Role, open_access
+    from bloom.domain.identity import Identity, Kind, Role, anonymous, open_access
     from bloom.runtime.rate_limits import runtime_policy
 
     policy = runtime_policy(make_settings("sqlite://", Path(), rate_limit_enabled=True))
@@ -142,6 +142,15 @@ def test_the_runtime_policy() -> None:
     assert charged(policy, "POST", heartbeat, **admin) == [(*worker, "admin_key:admin")]
     open_ = state(open_access("192.0.2.1"))
     assert charged(policy, "GET", f"{API}/stats", **open_) == [(*api, "anonymous:192.0.2.1")]
+    # Without valid credentials: the address's anonymous budget, whatever the path.
+    nobody, stranger = state(anonymous("192.0.2.1")), ("anonymous", 60, "anonymous:192.0.2.1")
+    for method, path in (("GET", f"{API}/stats"), ("POST", f"{API}/workers"), ("POST", "/login")):
+        assert charged(policy, method, path, **nobody) == [stranger], path
+    assert charged(policy, "POST", f"{API}/test-connection", **nobody) == [
+        stranger,
+        ("test-connection", 20, "anonymous:192.0.2.1"),
+    ]
+    assert charged(policy, "GET", f"{API}/health", **nobody) == []
 
 
 def test_the_membridge_policy() -> None:

@@ -16,6 +16,7 @@ from bloom.cli import (
     db,
     deploy,
     echo_model,
+    lifeline,
     membridge,
     runtime,
     task,
@@ -51,9 +52,11 @@ app.command("bench")(bench.bench)
 def settings_file() -> None:
     """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it).
     Ctrl-C always interrupts, even when the parent started us with SIGINT ignored (as a
-    non-interactive shell does for `cmd &`): every command that waits says so on Ctrl-C."""
+    non-interactive shell does for `cmd &`): every command that waits says so on Ctrl-C.
+    A child of `bloom up` stops when `bloom up` is gone (`lifeline`)."""
     if threading.current_thread() is threading.main_thread():  # (tests run commands in threads)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    lifeline.watch(os.environ)
     try:
         load_env_file(os.environ)
     except EnvFileError as exc:

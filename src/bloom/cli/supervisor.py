@@ -4,6 +4,11 @@ output under their names, and stop them in reverse order.
 Each child runs in a process group of its own, so Ctrl-C at the terminal reaches only us and we
 decide the order of the shutdown; stopping a child signals its whole group (SIGTERM, then SIGKILL
 after a grace period), so nothing it started outlives it.
+
+The children also stop when we are gone however we went (SIGKILL, a crash): each watches the read
+end of a pipe whose write end only we hold (`bloom.cli.lifeline`). Output that can no longer be
+written (`bloom up | tee` with tee gone, a closed terminal) stops everything too, instead of
+killing us with the children left running.
 """
 
 import contextlib
@@ -11,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -21,6 +27,8 @@ from types import FrameType
 
 import click
 import httpx
+
+from bloom.cli.lifeline import LIFELINE_ENV
 
 TAIL_LINES = 20
 NAME_WIDTH = 9
@@ -127,9 +135,12 @@ class Supervisor:
         self.poll_sec = poll_sec
         self.stopping = threading.Event()
         self.hurry = threading.Event()
+        self.output_lost = threading.Event()
         self._first_stop: float | None = None
         self._say = say or (lambda message: click.echo(message, err=True))
         self._lock = threading.Lock()
+        self._lifeline: tuple[int, int] | None = None
+        """The pipe each child watches (read end, write end): only we hold the write end."""
 
     # signals
 
@@ -161,10 +172,37 @@ class Supervisor:
 
     # output
 
+    def say(self, message: str) -> None:
+        """A line about the children (stderr, by default)."""
+        self._write(self._say, message)
+
+    def show(self, line: str) -> None:
+        """A line on stdout."""
+        self._write(click.echo, line)
+
     def emit(self, child: ChildSpec, line: str) -> None:
         label = click.style(prefix(child.name), fg=child.colour)
+        self.show(f"{label} {line}")
+
+    def _write(self, write: Callable[[str], None], text: str) -> None:
         with self._lock:
-            click.echo(f"{label} {line}")
+            if self.output_lost.is_set():
+                return
+            try:
+                write(text)
+            except OSError:  # EPIPE: the reader is gone; EIO: so is the terminal
+                self._lose_output()
+
+    def _lose_output(self) -> None:
+        """Stop everything, quietly: stdout and stderr go to /dev/null from now on, so that
+        nothing (not even Python's last flush) fails on them again."""
+        self.output_lost.set()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # ValueError: no descriptor
+                os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        self.request_stop()
 
     def _pump(self, child: Child) -> None:
         stream = child.process.stdout
@@ -182,20 +220,24 @@ class Supervisor:
         ready in time (it is stopped then), `StopRequested` when asked to stop meanwhile."""
         if self.stopping.is_set():
             raise StopRequested
+        if self._lifeline is None:
+            self._lifeline = os.pipe()  # neither end inherited, but for the read end we pass
+        lifeline = self._lifeline[0]
         process = subprocess.Popen(  # noqa: S603 - argv built by us, no shell
             list(spec.argv),
-            env=dict(spec.env),
+            env=dict(spec.env) | {LIFELINE_ENV: str(lifeline)},
             cwd=spec.cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,
+            pass_fds=(lifeline,),
         )
         child = Child(spec, process)
         child.pump = threading.Thread(target=self._pump, args=(child,), daemon=True)
         child.pump.start()
         self.children.append(child)
-        self._say(click.style(f"started {spec.name} (pid {process.pid})", dim=True))
+        self.say(click.style(f"started {spec.name} (pid {process.pid})", dim=True))
         self._wait_ready(child)
         return child
 
@@ -236,16 +278,20 @@ class Supervisor:
     # stopping
 
     def stop_all(self) -> None:
-        """Stop every child, the last started first."""
+        """Stop every child, the last started first; then let go of the lifeline."""
         for child in reversed(self.children):
             self.stop(child)
+        if self._lifeline is not None:
+            for end in self._lifeline:
+                os.close(end)
+            self._lifeline = None
 
     def stop(self, child: Child) -> None:
         """SIGTERM to the child's process group, SIGKILL after the grace period; then anything
         left in its group is killed too."""
         pgid = child.pid  # process_group=0: the child leads a group of its own
         if child.exited() is None:
-            self._say(click.style(f"stopping {child.name} …", dim=True))
+            self.say(click.style(f"stopping {child.name} …", dim=True))
             _signal_group(pgid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace_sec
             while child.exited() is None and time.monotonic() < deadline:
@@ -254,9 +300,9 @@ class Supervisor:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.process.wait(self.poll_sec)
             if child.exited() is None and self.hurry.is_set():
-                self._say(f"killing {child.name} (asked twice)")
+                self.say(f"killing {child.name} (asked twice)")
             elif child.exited() is None:
-                self._say(f"{child.name} did not stop in {self.stop_grace_sec:g} s: killing it")
+                self.say(f"{child.name} did not stop in {self.stop_grace_sec:g} s: killing it")
         _signal_group(pgid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.process.wait(5)

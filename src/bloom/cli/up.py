@@ -22,6 +22,7 @@ import typer
 
 from bloom.cli.output import fail, say
 from bloom.cli.supervisor import (
+    Child,
     ChildFailed,
     ChildSpec,
     Ready,
@@ -289,30 +290,34 @@ def up(
 
 
 def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
-    """Start `children` in order, wait, stop; the exit status."""
+    """Start `children` in order, wait, stop; the exit status. However this ends (a stop, a
+    child failing, lost output, an error of ours), the children are stopped on the way out; if
+    this process is killed, by their lifeline."""
     supervisor = Supervisor(say=say)
+    failed: ChildFailed | None = None
+    died: Child | None = None
     with supervisor.signals():
         try:
             for spec in children:
                 supervisor.start(spec)
+            for line in banner(options):
+                supervisor.show(line)
+            died = supervisor.wait()
         except StopRequested:
-            supervisor.stop_all()
-            say("stopped")
-            return 0
+            pass
         except ChildFailed as exc:
+            failed = exc
+        finally:
             supervisor.stop_all()
-            _report(exc.name, exc.reason, exc.tail)
-            return 1
-        for line in banner(options):
-            typer.echo(line)
-        died = supervisor.wait()
-        supervisor.stop_all()
+    if failed is not None:
+        _report(failed.name, failed.reason, failed.tail)
+        return 1
     if died is not None:
         _report(
             died.name, f"{describe_exit(died)} unexpectedly; the others were stopped", died.tail
         )
         return 1
-    say("stopped")
+    supervisor.say("stopped")
     return 0
 
 

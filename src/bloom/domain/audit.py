@@ -34,6 +34,22 @@ class AuditAction(StrEnum):
     CONFIG_UPDATED = "config_updated"
     CONNECTION_TEST = "connection_test"
     LEADERSHIP_PROMOTE = "leadership_promote"
+    LOGIN_LOCKED_OUT = "login_locked_out"
+
+
+LOCKED_USERNAME = "username"
+LOCKED_ADDRESS = "client_address"
+"""What failed logins lock out: a user name (known or not), or a client address."""
+ENTITY_TYPES = (
+    "llm_task",
+    "lease",
+    "worker",
+    "runtime_config",
+    "membridge_project",
+    LOCKED_USERNAME,
+    LOCKED_ADDRESS,
+)
+"""What an entry can be about (its `entity_type`), one per builder below."""
 
 
 def _entry(
@@ -102,3 +118,8 @@ def project_audit(
 ) -> AuditEntry:
     """Something done to a Membridge project through the runtime's proxy."""
     return _entry(action, "membridge_project", canonical_id, now=now, actor=actor, detail=detail)
+
+
+def lockout_audit(kind: str, subject: str, *, now: int, actor: str, detail: str) -> AuditEntry:
+    """Failed logins locked out a user name or a client address (`kind`) for a while."""
+    return _entry(AuditAction.LOGIN_LOCKED_OUT, kind, subject, now=now, actor=actor, detail=detail)

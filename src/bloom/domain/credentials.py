@@ -2,16 +2,19 @@
 
 An API key is `bloom_<role>_<43 random url-safe characters>`: 256 bits, so a plain SHA-256 of
 it is a safe thing to store and to look up by. Passwords are people's, so they are stored as
-scrypt hashes with a salt of their own and checked in constant time.
+scrypt hashes with a salt of their own and checked in constant time. Failed logins lock a name
+and an address out for a while (`LoginPolicy`).
 """
 
 import base64
 import hashlib
 import hmac
+import math
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bloom.domain.identity import Role
+from bloom.domain.retry import RetryPolicy
 
 KEY_PREFIX_CHARS = 14
 """What `bloom key list` shows of a key: enough to recognise it, nothing to use."""
@@ -58,13 +61,23 @@ def key_prefix(key: str) -> str:
     return key[:KEY_PREFIX_CHARS]
 
 
+def _stored(salt: bytes, digest: bytes) -> str:
+    encoded = [base64.b64encode(part).decode() for part in (salt, digest)]
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${encoded[0]}${encoded[1]}"
+
+
+DECOY_HASH = _stored(b"decoy-salt-bytes", bytes(32))
+"""Checked against when a user does not exist, at the cost of a real password's check, so that
+a wrong name costs as much as a wrong password and the time taken does not tell which names
+exist. No password matches it (its digest is 32 zero bytes)."""
+
+
 def hash_password(password: str, salt: bytes | None = None) -> str:
     salt = salt or secrets.token_bytes(16)
     digest = hashlib.scrypt(
         password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32
     )
-    encoded = [base64.b64encode(part).decode() for part in (salt, digest)]
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${encoded[0]}${encoded[1]}"
+    return _stored(salt, digest)
 
 
 def verify_password(password: str, stored: str) -> bool:
@@ -92,3 +105,25 @@ def password_problem(password: str) -> str | None:
     if len(password) < MIN_PASSWORD_CHARS:
         return f"must be at least {MIN_PASSWORD_CHARS} characters"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class LoginPolicy:
+    """When failed logins lock out a user name, or a client address, and for how long.
+
+    The failure that reaches the limit locks it for `backoff.base_ms`, each further one for
+    twice as long as the one before, up to `backoff.max_ms`; failures are counted for
+    `window_sec` from the first.
+    """
+
+    max_failures_per_user: int = 5
+    max_failures_per_address: int = 20
+    backoff: RetryPolicy = field(default_factory=lambda: RetryPolicy(base_ms=2_000, max_ms=900_000))
+    window_sec: int = 3600
+
+    def lockout_sec(self, failures: int, limit: int) -> int:
+        """How long `failures` failures (this one counted) lock out their subject: 0 below
+        `limit`."""
+        if failures < limit:
+            return 0
+        return math.ceil(self.backoff.backoff_ms(failures - limit + 1) / 1000)

@@ -39,6 +39,14 @@ class Unavailable(ServiceError):
         self.retry_after_sec = retry_after_sec
 
 
+class Throttled(ServiceError):
+    """Too many attempts: refused unread until `retry_after_sec` has passed (429)."""
+
+    def __init__(self, message: str, *, retry_after_sec: int):
+        super().__init__(message)
+        self.retry_after_sec = retry_after_sec
+
+
 class BadGateway(ServiceError):
     """An upstream service (Membridge) could not be reached or answered nonsense (502)."""
 

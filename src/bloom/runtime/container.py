@@ -10,6 +10,7 @@ from bloom.artifacts import ArtifactStore, DatabaseStore, FileStore
 from bloom.clients.membridge import MembridgeClient
 from bloom.db.database import Database, StorageKind, resolve_database
 from bloom.domain.clock import Clock, system_clock
+from bloom.domain.credentials import LoginPolicy
 from bloom.domain.retry import RetryPolicy
 from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
@@ -19,7 +20,7 @@ from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
 from bloom.runtime.services.config import ConfigService
-from bloom.runtime.services.credentials import CredentialService
+from bloom.runtime.services.credentials import CredentialService, PasswordHasher
 from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.history import HistoryService
@@ -36,6 +37,7 @@ from bloom.runtime.services.workers import WorkerService
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+from bloom.web.lockout import Lockouts
 
 if TYPE_CHECKING:
     from bloom.objects.s3 import S3Bucket
@@ -127,6 +129,17 @@ def audit_exporter(
     return AuditExporter(db, bucket, clock, policy)
 
 
+def login_policy(settings: RuntimeSettings) -> LoginPolicy:
+    return LoginPolicy(
+        max_failures_per_user=settings.login_max_failures,
+        max_failures_per_address=settings.login_max_failures_per_address,
+        backoff=RetryPolicy(
+            base_ms=settings.login_lockout_sec * 1000, max_ms=settings.login_lockout_max_sec * 1000
+        ),
+        window_sec=settings.login_failure_window_sec,
+    )
+
+
 def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
     db = Database(
         resolve_database(settings.database_url, settings.data_dir),
@@ -186,7 +199,15 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
         events=EventService(db, event_signal, signal, clock),
-        credentials=CredentialService(db, clock),
+        credentials=CredentialService(
+            db,
+            clock,
+            hasher=PasswordHasher(settings.password_hash_threads),
+            lockouts=Lockouts.from_url(
+                settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
+            ),
+            policy=login_policy(settings),
+        ),
         reaper=reaper,
         membridge_client=client,
         membridge=MembridgeService(db, client, config, clock),

@@ -21,6 +21,7 @@ from bloom.domain.errors import (
     Invalid,
     NotFound,
     ServiceError,
+    Throttled,
     Unavailable,
     by_kind,
 )
@@ -33,6 +34,7 @@ SERVICE_STATUS: dict[type[ServiceError], int] = {
     Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
+    Throttled: 429,
     BadGateway: 502,
     Unavailable: 503,
 }

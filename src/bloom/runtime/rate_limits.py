@@ -9,8 +9,11 @@
   budget: everything a worker-role identity sends, and the worker protocol (register, claim,
   heartbeat, complete, events) whoever sends it. The two are separate counters, so no amount of
   dashboard or CLI load from the same identity or address can starve a worker's heartbeats.
+- A caller without valid credentials (none, or a wrong key or login; not the open development
+  mode) is charged to the anonymous budget of its address (`BLOOM_RATE_LIMIT_ANONYMOUS`)
+  instead: a flood of refused requests is cut off here, before any body is read.
 - `POST /api/runtime/test-connection` is charged to its own budget too (the seed's strict
-  limiter), on top of the API budget.
+  limiter), on top of the caller's budget.
 """
 
 import re
@@ -43,6 +46,7 @@ WORKER_PROTOCOL = re.compile(
 def runtime_policy(settings: RuntimeSettings) -> Policy:
     api = Budget("api", settings.rate_limit_api)
     worker = Budget("worker", settings.rate_limit_worker)
+    anonymous = Budget("anonymous", settings.rate_limit_anonymous)
     test_connection = Budget("test-connection", settings.rate_limit_test_connection)
     proxies = settings.trusted_proxies
 
@@ -54,7 +58,9 @@ def runtime_policy(settings: RuntimeSettings) -> Policy:
         key = rate_key(scope, proxies)
         identity = identity_of(scope)
         post = scope["method"] == "POST"
-        if (identity is not None and identity.role == Role.WORKER) or (
+        if identity is not None and identity.role is None:
+            base = Charge(anonymous, key)
+        elif (identity is not None and identity.role == Role.WORKER) or (
             post and WORKER_PROTOCOL.fullmatch(path)
         ):
             base = Charge(worker, key)

@@ -153,6 +153,14 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         validation_alias=bloom_env("RATE_LIMIT_WORKER"),
         description="Worker traffic per minute per identity, instead of the API budget.",
     )
+    rate_limit_anonymous: int = Field(
+        60,
+        ge=1,
+        validation_alias=bloom_env("RATE_LIMIT_ANONYMOUS"),
+        description="Requests per minute per client address without valid credentials (none, "
+        "or a wrong key or login), instead of the API and worker budgets; counted before any "
+        "body is read.",
+    )
     rate_limit_storage: str = Field(
         "memory://",
         validation_alias=bloom_env("RATE_LIMIT_STORAGE"),
@@ -160,6 +168,43 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     )
     rate_limit_key_prefix: str = Field(
         "bloom-runtime", min_length=1, validation_alias=bloom_env("RATE_LIMIT_KEY_PREFIX")
+    )
+
+    login_max_failures: int = Field(
+        5,
+        ge=1,
+        validation_alias=bloom_env("LOGIN_MAX_FAILURES"),
+        description="Failed logins for one user name (known or not) before it is locked out.",
+    )
+    login_max_failures_per_address: int = Field(
+        20,
+        ge=1,
+        validation_alias=bloom_env("LOGIN_MAX_FAILURES_PER_ADDRESS"),
+        description="Failed logins from one client address before it is locked out.",
+    )
+    login_lockout_sec: int = Field(
+        2,
+        ge=1,
+        validation_alias=bloom_env("LOGIN_LOCKOUT_SEC"),
+        description="The first lockout; each further failure doubles it.",
+    )
+    login_lockout_max_sec: int = Field(
+        900, ge=1, validation_alias=bloom_env("LOGIN_LOCKOUT_MAX_SEC")
+    )
+    login_failure_window_sec: int = Field(
+        3600,
+        ge=1,
+        validation_alias=bloom_env("LOGIN_FAILURE_WINDOW_SEC"),
+        description="Failed logins are counted for this long from the first (a success "
+        "forgets a user name's).",
+    )
+    password_hash_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        validation_alias=bloom_env("PASSWORD_HASH_THREADS"),
+        description="Password checks (scrypt, ~40 ms of CPU each) run in at most this many "
+        "threads at a time, off the event loop; more wait their turn.",
     )
 
     @field_validator("rate_limit_storage")

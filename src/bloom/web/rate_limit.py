@@ -14,8 +14,9 @@ every `RETRY_SEC`, never a 500.
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -29,6 +30,7 @@ from bloom.domain.identity import Identity, Kind
 from bloom.web.client_address import Network, client_address
 
 log = structlog.get_logger("bloom.web.rate_limit")
+T = TypeVar("T")
 
 MESSAGE = "Too many requests, please try again later"
 WINDOW_SEC = 60
@@ -152,14 +154,45 @@ class FixedWindow(FixedWindowRateLimiter):
         self.ends[key] = end
 
 
+class FailOpen:
+    """Calls on a counter storage that, while it fails, answer a default instead of raising:
+    one warning per outage, the storage tried again every `RETRY_SEC`, never a 500."""
+
+    def __init__(self, name: str, meanwhile: str):
+        self.name = name
+        self.meanwhile = meanwhile
+        """What happens while the storage is down, for the warning."""
+        self.failing = False
+        self.retry_at = 0.0
+
+    async def call(self, work: Callable[[], Awaitable[T]], default: T) -> T:
+        if self.failing and time.monotonic() < self.retry_at:
+            return default
+        try:
+            result = await work()
+        except Exception as exc:  # any storage failure
+            self.retry_at = time.monotonic() + RETRY_SEC
+            if not self.failing:
+                self.failing = True
+                log.warning(
+                    "rate_limit_storage_unavailable",
+                    storage=self.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                    message=f"{self.meanwhile} until the storage answers again",
+                )
+            return default
+        if self.failing:
+            self.failing = False
+            log.info("rate_limit_storage_recovered", storage=self.name)
+        return result
+
+
 class RateLimiter:
     """Hits in fixed one-minute windows, in `storage`; None (let it pass) while that fails."""
 
     def __init__(self, storage: Storage, *, name: str = "memory://"):
         self.strategy = FixedWindow(storage)
-        self.name = name
-        self.failing = False
-        self.retry_at = 0.0
+        self.guard = FailOpen(name, "requests pass without rate limits")
 
     @classmethod
     def from_url(cls, url: str, *, key_prefix: str) -> "RateLimiter":
@@ -168,25 +201,7 @@ class RateLimiter:
     async def check(self, charges: Sequence[Charge]) -> Verdict | None:
         """Count the request against each budget in turn; the first refusal, else the verdict
         with the fewest requests left. None while the storage does not answer."""
-        if self.failing and time.monotonic() < self.retry_at:
-            return None
-        try:
-            verdict = await self._check(charges)
-        except Exception as exc:  # any storage failure: fail open, never a 500
-            self.retry_at = time.monotonic() + RETRY_SEC
-            if not self.failing:
-                self.failing = True
-                log.warning(
-                    "rate_limit_storage_unavailable",
-                    storage=self.name,
-                    error=f"{type(exc).__name__}: {exc}",
-                    message="requests pass without rate limits until the storage answers again",
-                )
-            return None
-        if self.failing:
-            self.failing = False
-            log.info("rate_limit_storage_recovered", storage=self.name)
-        return verdict
+        return await self.guard.call(lambda: self._check(charges), None)
 
     async def _check(self, charges: Sequence[Charge]) -> Verdict | None:
         reported: Verdict | None = None

@@ -7,12 +7,13 @@ state-changing request made with the login cookie.
 
 import secrets
 import time
-from typing import Annotated
+from typing import Annotated, Literal, TypedDict
 from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from bloom.domain.errors import Throttled
 from bloom.domain.identity import Kind
 from bloom.runtime.access import LoginRequired, PageRefused
 from bloom.runtime.api.deps import Caller, Credentials
@@ -27,7 +28,7 @@ from bloom.runtime.login import (
     password_stamp,
 )
 from bloom.runtime.login import csrf_matches as token_matches
-from bloom.web.client_address import client_scheme
+from bloom.web.client_address import client_address, client_scheme
 from bloom.web.forms import read_form
 
 router = APIRouter(tags=["session"])  # the OpenAPI tag, as published
@@ -47,25 +48,40 @@ def _safe_next(target: str) -> str:
 def _set_cookie(
     response: Response, request: Request, name: str, value: str, max_age: int, path: str
 ) -> None:
-    response.set_cookie(
-        name,
-        value,
-        max_age=max_age,
-        path=path,
-        httponly=True,
-        samesite="lax",
-        secure=client_scheme(request.scope, request.app.state.trusted_proxies) == "https",
-    )
+    response.set_cookie(name, value, max_age=max_age, **_cookie_attributes(request, path))
 
 
-def _login_page(request: Request, next_path: str, message: str, status: int) -> HTMLResponse:
+def _delete_cookie(response: Response, request: Request, name: str, path: str) -> None:
+    """With the attributes it was set with: a browser may ignore a deletion that differs (a
+    `Secure` cookie is replaced only by a `Secure` one)."""
+    response.delete_cookie(name, **_cookie_attributes(request, path))
+
+
+class _CookieAttributes(TypedDict):
+    path: str
+    httponly: bool
+    samesite: Literal["lax"]
+    secure: bool
+
+
+def _cookie_attributes(request: Request, path: str) -> _CookieAttributes:
+    secure = client_scheme(request.scope, request.app.state.trusted_proxies) == "https"
+    return {"path": path, "httponly": True, "samesite": "lax", "secure": secure}
+
+
+def _login_page(
+    request: Request, next_path: str, message: str, status: int, retry_after: int | None = None
+) -> HTMLResponse:
     csrf = secrets.token_urlsafe(24)
     body = (
         environment()
         .get_template("login.html")
         .render(csrf=csrf, next=_safe_next(next_path), message=message, assets=asset_version())
     )
-    page = HTMLResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+    headers = {"Cache-Control": "no-store"}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    page = HTMLResponse(body, status_code=status, headers=headers)
     _set_cookie(page, request, LOGIN_CSRF_COOKIE, csrf, 3600, "/login")
     return page
 
@@ -83,13 +99,19 @@ async def login(request: Request, credentials: Credentials) -> Response:
     next_path = _safe_next(form.get("next", "/"))
     if not token_matches(request.cookies.get(LOGIN_CSRF_COOKIE, ""), form.get("csrf_token")):
         return _login_page(request, next_path, "The form expired; please try again.", 403)
-    user = await credentials.login(form.get("username", ""), form.get("password", ""))
+    address = client_address(request.scope, request.app.state.trusted_proxies)
+    try:
+        user = await credentials.login(form.get("username", ""), form.get("password", ""), address)
+    except Throttled as refused:
+        wait = refused.retry_after_sec
+        message = f"Too many failed logins: please try again in {wait} s."
+        return _login_page(request, next_path, message, 429, retry_after=wait)
     if user is None:
         return _login_page(request, next_path, "Wrong user or password.", 401)
     cookie, _ = _codec(request).issue(user.id, password_stamp(user.password), int(time.time()))
     done = RedirectResponse(next_path, status_code=303)
     _set_cookie(done, request, COOKIE, cookie, LIFETIME_SEC, "/")
-    done.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    _delete_cookie(done, request, LOGIN_CSRF_COOKIE, "/login")
     return done
 
 
@@ -101,7 +123,7 @@ async def logout(request: Request) -> Response:
     if held is not None and not token_matches(held.csrf, presented):
         return error(403, "Forbidden: CSRF token missing or wrong")
     done = RedirectResponse("/login", status_code=303)
-    done.delete_cookie(COOKIE, path="/")
+    _delete_cookie(done, request, COOKIE, "/")
     return done
 
 

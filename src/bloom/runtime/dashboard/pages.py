@@ -13,7 +13,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from bloom.domain.audit import AuditAction
+from bloom.domain.audit import ENTITY_TYPES, AuditAction
 from bloom.domain.errors import BadGateway, NotFound, ServiceError
 from bloom.domain.models import Artifact
 from bloom.domain.paging import Cursor
@@ -312,7 +312,7 @@ async def audit_page(
         "paged": cursor is not None,
         "filters": query,
         "actions": sorted(action.value for action in AuditAction),
-        "entity_types": ["task", "lease", "worker", "config", "membridge_project"],
+        "entity_types": ENTITY_TYPES,
     }
     return render(
         request, "audit.html", context, now=c.clock(), part=part, parts=frozenset({"audit_rows"})
