@@ -17,6 +17,7 @@ from bloom.cli import (
     deploy,
     echo_model,
     membridge,
+    memory,
     runtime,
     task,
     up,
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(runtime.app, name="runtime")
 app.add_typer(db.app, name="db")
 app.add_typer(membridge.app, name="membridge")
+app.add_typer(memory.app, name="memory")
 app.add_typer(task.app, name="task")
 app.add_typer(worker.app, name="worker")
 app.add_typer(artifact.app, name="artifact")
