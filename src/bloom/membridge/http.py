@@ -10,9 +10,9 @@ import json
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from bloom.domain.errors import Conflict, NotFound, ServiceError
+from bloom.domain.errors import BadGateway, Conflict, NotFound, ServiceError
 
-SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409}
+SERVICE_STATUS: dict[type[ServiceError], int] = {NotFound: 404, Conflict: 409, BadGateway: 502}
 NUL_MESSAGE = "Must not contain NUL characters"
 
 

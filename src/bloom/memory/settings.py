@@ -21,9 +21,9 @@ def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class MemoryBucketSettings(ObjectStoreSettings):
-    """The memory bucket: the sync tool's `MINIO_BUCKET` first (a runtime's env file may also
-    name its artifact bucket), default `claude-memory`. Membridge reads these too."""
+class MemorySettings(ObjectStoreSettings):
+    """One node's view of one project's memory. The bucket: `BLOOM_MEMORY_BUCKET`, else the
+    sync tool's `MINIO_BUCKET` (before the runtime's artifact names), default `claude-memory`."""
 
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, env_ignore_empty=True)
 
@@ -34,10 +34,6 @@ class MemoryBucketSettings(ObjectStoreSettings):
         pattern=r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$",
         validation_alias=_env("BLOOM_MEMORY_BUCKET", "MINIO_BUCKET"),
     )
-
-
-class MemorySettings(MemoryBucketSettings):
-    """One node's view of one project's memory."""
 
     project: str = Field("", max_length=128, validation_alias=_env("CLAUDE_PROJECT_ID"))
     db_path: Path = Field(Path(DEFAULT_DB), validation_alias=_env("CLAUDE_MEM_DB"))

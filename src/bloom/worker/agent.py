@@ -17,6 +17,7 @@ from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
+from bloom.memory.settings import MemorySettings
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.settings import WorkerSettings
@@ -34,9 +35,12 @@ class Worker:
         settings: WorkerSettings,
         client: RuntimeClient,
         membridge: MembridgeClient | None = None,
+        memory: MemorySettings | None = None,
         environ: Mapping[str, str] = os.environ,
     ):
         self.settings = settings
+        self.memory = memory
+        """This node's memory-sync settings, when it syncs projects' memory."""
         self.client = client
         self.membridge = membridge
         """Where the worker also announces itself (the seed's agent registry), if anywhere."""
@@ -76,7 +80,9 @@ class Worker:
         if self.settings.agent_port is None:
             await self._serve()
             return
-        surface = AgentSurface(self.settings, self.start_pushed, lambda: sorted(self.running))
+        surface = AgentSurface(
+            self.settings, self.start_pushed, lambda: sorted(self.running), self.memory
+        )
         async with serving(surface):
             log.info("agent_listening", url=self.settings.advertised_agent_url)
             await self._serve()

@@ -1,0 +1,147 @@
+"""Memory sync through the control plane: Membridge in-process, two nodes' agent surfaces
+serving on real ports, the bucket on the real S3 endpoint. Sync jobs recorded with the agents'
+answers; the leadership select writes the lease, so moving the primary changes who may push."""
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bloom.domain.ids import canonical_id
+from bloom.domain.memory import Keys, Lease
+from bloom.membridge.app import create_app
+from bloom.memory.settings import MemorySettings
+from bloom.worker.agent_http import AgentSurface, serving
+from bloom.worker.settings import WorkerSettings
+from tests.support.membridge import membridge_settings
+from tests.support.memory import add_observations, count, make_db, node_settings
+from tests.support.net import closed_port, free_port
+from tests.support.s3 import Bucket
+
+CID = canonical_id("mem")
+
+
+async def no_start(_: object) -> bool:
+    return False
+
+
+@pytest.fixture
+async def membridge(
+    s3_bucket: Bucket, tmp_path: Path, membridge_sqlite_template: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    db = tmp_path / "membridge.db"
+    shutil.copyfile(membridge_sqlite_template, db)
+    store = s3_bucket.settings() | {"memory_bucket": s3_bucket.name}
+    settings = membridge_settings(f"sqlite:///{db}", tmp_path, **store)
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://membridge") as http:
+            yield http
+
+
+@pytest.fixture
+async def agents(
+    s3_bucket: Bucket, tmp_path: Path, membridge: httpx.AsyncClient
+) -> AsyncIterator[Callable[[str], MemorySettings]]:
+    """Nodes a and b, each an agent surface on a port of its own, registered with Membridge."""
+    nodes = {name: node_settings(s3_bucket, tmp_path, name, "mem") for name in ("a", "b")}
+    async with AsyncExitStack() as stack:
+        for name, memory in nodes.items():
+            port = free_port()
+            worker = WorkerSettings(name=name, agent_port=port)
+            surface = AgentSurface(worker, no_start, list, memory)
+            await stack.enter_async_context(serving(surface))
+            registered = await membridge.post(
+                "/agents", json={"name": name, "url": f"http://127.0.0.1:{port}"}
+            )
+            assert registered.status_code in (200, 201), registered.text
+        assert (await membridge.post("/projects", json={"name": "mem"})).status_code == 201
+        yield nodes.__getitem__
+
+
+async def sync(http: httpx.AsyncClient, action: str, agent: str) -> dict[str, object]:
+    response = await http.post(f"/sync/{action}", json={"project": "mem", "agent": agent})
+    assert response.status_code == 200, response.text
+    answer: dict[str, object] = response.json()
+    return answer
+
+
+async def agent_status(http: httpx.AsyncClient, name: str) -> str:
+    listed = (await http.get("/agents")).json()
+    return str(next(agent["status"] for agent in listed if agent["name"] == name))
+
+
+async def test_sync_jobs_and_a_primary_moved_from_the_control_plane(
+    membridge: httpx.AsyncClient, agents: Callable[[str], MemorySettings], s3_bucket: Bucket
+) -> None:
+    a, b = agents("a"), agents("b")
+    make_db(a.db, observations=6)
+
+    pushed = await sync(membridge, "push", "a")
+    assert pushed["ok"] is True, pushed
+    assert pushed["canonical_id"] == CID
+    pulled = await sync(membridge, "pull", "b")
+    assert pulled["ok"] is True, pulled
+    assert count(b.db) == 6
+
+    blocked = await sync(membridge, "push", "b")
+    assert blocked["ok"] is False
+    job = (await membridge.get(f"/jobs/{blocked['job_id']}")).json()
+    assert (job["status"], job["returncode"], job["action"]) == ("failed", 3, "push")
+    assert await agent_status(membridge, "b") == "online"
+
+    selected = await membridge.post(
+        f"/projects/{CID}/leadership/select", json={"primary_node_id": "b", "lease_seconds": 600}
+    )
+    assert selected.status_code == 200, selected.text
+    assert selected.json()["epoch"] == 2, "the lease's epoch 1 was a's bootstrap"
+    body = s3_bucket.client().get_object(Bucket=s3_bucket.name, Key=Keys(CID).lease)["Body"]
+    lease = Lease.from_json(body.read())
+    assert (lease.primary_node_id, lease.epoch, lease.issued_by) == ("b", 2, "membridge")
+    leadership = (await membridge.get(f"/projects/{CID}/leadership")).json()
+    assert (leadership["primary_node_id"], leadership["epoch"]) == ("b", 2)
+
+    add_observations(b.db, 4, tag="b")
+    assert (await sync(membridge, "push", "b"))["ok"] is True
+    refused = await sync(membridge, "push", "a")
+    assert refused["ok"] is False
+    assert (await sync(membridge, "pull", "a"))["ok"] is True
+    assert count(a.db) == 10
+
+    jobs = (await membridge.get("/jobs", params={"project": "mem"})).json()
+    assert [(job["action"], job["agent"], job["status"]) for job in jobs] == [
+        ("pull", "a", "completed"), ("push", "a", "failed"), ("push", "b", "completed"),
+        ("push", "b", "failed"), ("pull", "b", "completed"), ("push", "a", "completed"),
+    ]  # newest first  # fmt: skip
+
+
+async def test_unknown_names_are_404_and_an_unreachable_agent_a_502(
+    membridge: httpx.AsyncClient, agents: Callable[[str], MemorySettings]
+) -> None:
+    unknown = await membridge.post("/sync/pull", json={"project": "nope", "agent": "a"})
+    assert unknown.status_code == 404
+    assert unknown.json() == {"detail": "Project 'nope' not found"}
+    url = f"http://127.0.0.1:{closed_port()}"
+    await membridge.post("/agents", json={"name": "gone", "url": url})
+    gone = await membridge.post("/sync/push", json={"project": "mem", "agent": "gone"})
+    assert gone.status_code == 502
+    assert gone.json() == {"detail": f"Agent 'gone' unreachable at {url}"}
+    assert await agent_status(membridge, "gone") == "offline"
+    job = (await membridge.get("/jobs", params={"project": "mem"})).json()[0]
+    assert (job["agent"], job["status"]) == ("gone", "error")
+
+
+async def test_the_agent_reports_memory_status(
+    agents: Callable[[str], MemorySettings], membridge: httpx.AsyncClient
+) -> None:
+    make_db(agents("a").db, observations=2)
+    a_url = next(x["url"] for x in (await membridge.get("/agents")).json() if x["name"] == "a")
+    async with httpx.AsyncClient(base_url=a_url) as http:
+        status = (await http.get("/status", params={"project": "mem"})).json()
+        assert status["memory"]["ok"] is True
+        assert status["memory"]["local"]["observations"] == 2
+        assert (await http.post("/sync/push", json={})).status_code == 422
