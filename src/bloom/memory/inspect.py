@@ -120,7 +120,7 @@ async def doctor(node: MemoryNode, claude_settings: Path) -> Report:
         lock, _ = await node.locks.read()
         checks["lock"] = ("ok", "free") if lock is None else ("warn", f"held by {lock.holder()}")
     except (ObjectStoreUnavailable, ManifestUnreadable, LeadershipUnknown) as exc:
-        checks.setdefault("bucket", ("error", str(exc)))
+        checks["bucket" if "bucket" not in checks else "store"] = ("error", str(exc))
     try:
         local = await local_state(node)
         checks["local_db"] = (

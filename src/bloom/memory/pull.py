@@ -72,13 +72,15 @@ async def pull(node: MemoryNode) -> Report:
         except (ObjectStoreUnavailable, ObjectMissing, sqlite.MemoryDbError, OSError) as exc:
             return Report(ExitCode.ERROR, f"pull failed, local database unchanged: {exc}", facts)
         if local_sha is not None:
-            backup = _back_up(node, local_snap, remote, local_sha, local_obs, facts)
+            backup = await asyncio.to_thread(
+                _back_up, node, local_snap, remote, local_sha, local_obs, facts
+            )
             facts["backup"] = str(backup)
             try:
                 await asyncio.to_thread(sqlite.restore, incoming, node.db)
             except sqlite.MemoryDbError as exc:
                 return Report(ExitCode.ERROR, f"restore failed (rolled back): {exc}", facts)
-            _prune_backups(node)
+            await asyncio.to_thread(_prune_backups, node)
         else:
             os.replace(incoming, node.db)
     detail = f"pulled {remote.sha256[:12]} ({remote.observations} observations)"

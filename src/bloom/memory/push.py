@@ -116,7 +116,8 @@ async def _publish(
         await _still_entitled(node, standing)
         await node.bucket.put_bytes(keys.manifest, manifest.to_json(), content_type=JSON)
     finally:
-        await node.locks.release(mine)
+        with contextlib.suppress(ObjectStoreUnavailable):  # else it expires by its TTL
+            await node.locks.release(mine)
     if remote is not None and remote.snapshot and remote.snapshot != manifest.snapshot:
         with contextlib.suppress(ObjectStoreUnavailable):  # no longer published
             await node.bucket.delete(remote.snapshot)
