@@ -10,16 +10,21 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.clients.runtime import RuntimeClient
 from bloom.domain.ids import canonical_id
 from bloom.domain.memory import Keys, Lease
 from bloom.membridge.app import create_app
+from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
+from bloom.worker.agent import Worker
 from bloom.worker.agent_http import AgentSurface, serving
+from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
 from tests.support.membridge import membridge_settings
 from tests.support.memory import add_observations, count, make_db, node_settings
 from tests.support.net import closed_port, free_port
 from tests.support.s3 import Bucket
+from tests.support.wire import grant
 
 CID = canonical_id("mem")
 
@@ -145,3 +150,54 @@ async def test_the_agent_reports_memory_status(
         assert status["memory"]["ok"] is True
         assert status["memory"]["local"]["observations"] == 2
         assert (await http.post("/sync/push", json={})).status_code == 422
+
+
+async def test_automatic_mode_heartbeats_show_which_node_is_behind(
+    membridge: httpx.AsyncClient, s3_bucket: Bucket, tmp_path: Path
+) -> None:
+    """Two workers' automatic sync of project mem (their other projects untouched): pulled at
+    start, pushed after a task; their heartbeats carry counts and digests, so the control
+    plane's node list shows the node that has not pulled the primary's latest push."""
+    nodes = {n: node_settings(s3_bucket, tmp_path, n, "mem") for n in ("a", "b")}
+    make_db(nodes["a"].db, observations=5)
+    a, b = (MemoryAutoSync(settings, ["mem"]) for settings in nodes.values())
+    assert await a.sync(Action.PUSH, "other-project") is None
+
+    await a.sync(Action.PUSH, "mem")  # after a task of the project: a bootstraps as primary
+    await b.start()
+    assert count(nodes["b"].db) == 5
+    add_observations(nodes["a"].db, 2)
+    await a.sync(Action.PUSH, "mem")
+
+    for auto, name in ((a, "a"), (b, "b")):
+        for beat in auto.beats(name, "test"):
+            assert (await membridge.post("/agent/heartbeat", json=beat)).status_code == 200
+    listed = (await membridge.get(f"/projects/{CID}/nodes")).json()
+    held = {node["node_id"]: (node["obs_count"], node["db_sha"], node["role"]) for node in listed}
+    assert held["a"][0] == 7
+    assert held["b"][0] == 5
+    assert held["a"][1] != held["b"][1], "b is behind: another digest"
+    assert (held["a"][2], held["b"][2]) == ("primary", "secondary"), "roles from the lease"
+
+
+async def test_the_worker_pushes_after_a_task_of_its_project(
+    s3_bucket: Bucket, tmp_path: Path
+) -> None:
+    """A task of project mem ends (here: its lease was lost before it started, the shortest
+    run there is); the worker then pushes mem's memory. A task of another project does not."""
+    memory = node_settings(s3_bucket, tmp_path, "w1", "mem")
+    make_db(memory.db, observations=3)
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "Lease l1 is no longer active (expired)"})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, memory_projects=["mem"])
+    transport = httpx.MockTransport(runtime)
+    async with RuntimeClient("http://runtime", transport=transport) as client:
+        worker = Worker(settings, client, memory=memory)
+        await worker._run(grant(agent_slug="other"))
+        assert s3_bucket.keys() == []
+        await worker._run(grant(agent_slug="mem"))
+    assert Keys(CID).manifest in s3_bucket.keys(prefix=Keys(CID).prefix)
+    assert worker.memory_auto is not None
+    assert worker.memory_auto.held["mem"][0] == 3

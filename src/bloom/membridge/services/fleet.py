@@ -85,7 +85,7 @@ class FleetService:
                 )
             await tx.agents.seen(beat.node_id, now)
             choice = await tx.leadership.get(beat.canonical_id)
-        return role_of(beat.node_id, choice, now)
+        return role_of(beat.node_id, await self._with_lease(beat.canonical_id, choice), now)
 
     async def sightings(self) -> list[tuple[str, int, int]]:
         """Every node that ever heartbeat: (node id, latest heartbeat in epoch ms, projects)."""
