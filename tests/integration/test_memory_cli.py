@@ -68,6 +68,9 @@ def test_exit_codes_and_one_line_refusals(
     assert status.exit_code == 0
     report = json.loads(status.stdout)
     assert (report["role"], report["in_sync"], report["code"]) == ("secondary", True, 0)
+    doctor = memory(monkeypatch, c2, "doctor")
+    assert doctor.exit_code == 0, doctor.stderr
+    assert "  conditional_writes: ok: If-None-Match honoured" in doctor.stderr.splitlines()
     leadership = json.loads(memory(monkeypatch, c2, "leadership", "--json").stdout)
     assert leadership["lease"]["primary_node_id"] == "n1"
 

@@ -3,6 +3,7 @@ serving on real ports, the bucket on the real S3 endpoint. Sync jobs recorded wi
 answers; the leadership select writes the lease, so moving the primary changes who may push."""
 
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -201,3 +202,34 @@ async def test_the_worker_pushes_after_a_task_of_its_project(
     assert Keys(CID).manifest in s3_bucket.keys(prefix=Keys(CID).prefix)
     assert worker.memory_auto is not None
     assert worker.memory_auto.held["mem"][0] == 3
+
+
+async def test_automatic_mode_renews_the_primarys_lease_before_it_expires(
+    s3_bucket: Bucket, tmp_path: Path
+) -> None:
+    now = [time.time_ns() // 1_000_000]
+    memory = node_settings(s3_bucket, tmp_path, "a", "mem", lease_seconds=100)
+    other = node_settings(  # b would take over the moment a's lease lapsed
+        s3_bucket, tmp_path, "b", "mem", lease_seconds=100, primary_node_id="b"
+    )
+    a = MemoryAutoSync(memory, ["mem"], clock=lambda: now[0])
+    b = MemoryAutoSync(other, ["mem"], clock=lambda: now[0])
+
+    def lease() -> Lease:
+        body = s3_bucket.client().get_object(Bucket=s3_bucket.name, Key=Keys(CID).lease)["Body"]
+        return Lease.from_json(body.read())
+
+    await a.settle_leases()
+    await b.settle_leases()
+    first = lease()
+    assert (a.roles, b.roles, first.epoch) == ({"mem": "primary"}, {"mem": "secondary"}, 1)
+    now[0] += 40_000  # within the first half: nothing written
+    await a.settle_leases()
+    assert lease() == first
+    now[0] += 20_000  # past half term: renewed, same epoch
+    await a.settle_leases()
+    renewed = lease()
+    assert (renewed.epoch, renewed.expires_at) == (1, first.expires_at + 60)
+    now[0] += 90_000  # the first lease would have lapsed here; the renewed one holds
+    await b.settle_leases()
+    assert b.roles == {"mem": "secondary"}

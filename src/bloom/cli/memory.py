@@ -43,8 +43,10 @@ def _show(report: Report, as_json: bool) -> None:
     else:
         typer.secho(f"bloom: {report.detail}", err=True, fg=typer.colors.RED)
     for name, value in report.facts.items():
-        shown = json.dumps(value) if isinstance(value, dict | list) else value
-        say(f"  {name}: {shown}")
+        if isinstance(value, list) and len(value) == 2:  # a doctor's check: verdict, detail
+            say(f"  {name}: {value[0]}: {value[1]}")
+        else:
+            say(f"  {name}: {json.dumps(value) if isinstance(value, dict | list) else value}")
 
 
 @app.command("push")

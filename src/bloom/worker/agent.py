@@ -113,6 +113,8 @@ class Worker:
             await self.memory_auto.start()
         log.info("worker_ready", worker=self.settings.name, slots=self.settings.max_concurrency)
         helpers = [asyncio.create_task(self._presence())]
+        if self.memory_auto is not None:
+            helpers.append(asyncio.create_task(self.memory_auto.keep_leases()))
         if self.membridge:
             helpers.append(asyncio.create_task(self._membridge_presence()))
         claiming = self.settings.max_concurrency if self.settings.claim else 0
