@@ -23,6 +23,7 @@ def stores(bucket: Bucket, project: str, n: int) -> list[LeaseStore]:
 
 
 async def race(bucket: Bucket, project: str, n: int) -> list[tuple[Role, Lease]]:
+    """Every node settles the project's (absent) lease at once; each its own client."""
     now = int(time.time())
     nodes = stores(bucket, project, n)
     return await asyncio.gather(
@@ -38,15 +39,12 @@ async def test_nodes_bootstrapping_at_once_elect_exactly_one_primary(
     s3_bucket: Bucket, nodes: int, rounds: int
 ) -> None:
     await stores(s3_bucket, "warm-up", 1)[0].bucket.ensure_bucket()
-    winners = set()
     for round_ in range(rounds):
         results = await race(s3_bucket, f"race-{round_}", nodes)
         primaries = [f"n{i}" for i, (role, _) in enumerate(results) if role is Role.PRIMARY]
         assert len(primaries) == 1, f"round {round_}: primaries {primaries}"
         assert {lease.primary_node_id for _, lease in results} == set(primaries)
         assert {lease.epoch for _, lease in results} == {1}
-        winners.add(primaries[0])
-    assert len(winners) > 1 or rounds < 5, "the race is real: different nodes win"
 
 
 async def test_a_choice_and_takeovers_only_raise_the_epoch(

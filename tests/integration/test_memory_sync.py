@@ -162,7 +162,7 @@ async def test_push_while_the_plugin_writes_is_consistent(
     make_db(a.db, observations=2000)
     with Writer(a.db) as writer:
         while writer.written < 20:  # the writer is running
-            pass
+            time.sleep(0.005)
         pushed = await perform(Action.PUSH, a)
         assert pushed.code is ExitCode.OK, pushed.detail
         during = writer.written
