@@ -30,7 +30,9 @@ def task(status: str = "queued", **fields: Any) -> TaskInfo:
     return TaskInfo.from_json(task_json(status, **fields))
 
 
-def grant(task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1") -> Grant:
+def grant(
+    task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1", **task_fields: Any
+) -> Grant:
     lease = {
         "id": lease_id,
         "task_id": task_id,
@@ -42,5 +44,5 @@ def grant(task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1") -> G
         "last_heartbeat": 1_000,
         "context_id": "c",
     }
-    fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1}
+    fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1} | task_fields
     return Grant.from_json({"lease": lease, "task": task_json("leased", id=task_id, **fields)})

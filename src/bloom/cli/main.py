@@ -18,6 +18,7 @@ from bloom.cli import (
     echo_model,
     lifeline,
     membridge,
+    memory,
     runtime,
     task,
     up,
@@ -34,6 +35,7 @@ app = typer.Typer(
 app.add_typer(runtime.app, name="runtime")
 app.add_typer(db.app, name="db")
 app.add_typer(membridge.app, name="membridge")
+app.add_typer(memory.app, name="memory")
 app.add_typer(task.app, name="task")
 app.add_typer(worker.app, name="worker")
 app.add_typer(artifact.app, name="artifact")

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 from bloom.domain.clock import Clock, system_clock
 from bloom.membridge import API_VERSION
-from bloom.membridge.api import agents, fleet, jobs, metrics, projects, system
+from bloom.membridge.api import agents, fleet, jobs, metrics, projects, sync, system
 from bloom.membridge.auth import METRICS_PATH, PUBLIC_PATHS, AdminKeyMiddleware
 from bloom.membridge.container import build_container
 from bloom.membridge.http import detail_body, install_error_handlers, invalid_query
@@ -67,7 +67,7 @@ def create_app(
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
-    for module in (system, agents, projects, fleet, jobs, metrics):
+    for module in (system, agents, projects, fleet, sync, jobs, metrics):
         app.include_router(module.router)
     install_error_handlers(app)
     document_membridge_errors(app, settings)

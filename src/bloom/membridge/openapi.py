@@ -8,6 +8,11 @@ from bloom.web.openapi_errors import Declared, document_errors, message_schema
 
 ERRORS: Declared = {
     ("POST", "/projects"): {"409": "A project of that name exists"},
+    ("POST", "/sync/pull"): {"404": "No such project or agent", "502": "The agent failed"},
+    ("POST", "/sync/push"): {"404": "No such project or agent", "502": "The agent failed"},
+    ("POST", "/projects/{canonical_id}/leadership/select"): {
+        "502": "The lease could not be written to the memory bucket"
+    },
 }
 
 

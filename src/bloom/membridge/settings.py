@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 
+from bloom.objects.settings import ObjectStoreSettings
 from bloom.web.settings import (
     ServerSettings,
     SettingsError,
@@ -25,9 +26,9 @@ def _env(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-class MembridgeSettings(ServerSettings):
+class MembridgeSettings(ServerSettings, ObjectStoreSettings):
     """Everything `bloom membridge serve` reads from its environment (logging, body limit and
-    exposure: the base's)."""
+    exposure: the base's; the object store, by the seeds' names, for the memory bucket)."""
 
     admin_key: SecretStr | None = Field(
         None,
@@ -52,6 +53,24 @@ class MembridgeSettings(ServerSettings):
     migrate_on_start: bool = Field(True, validation_alias=_env("BLOOM_MEMBRIDGE_MIGRATE_ON_START"))
     db_pool_size: int = Field(
         5, ge=1, le=100, validation_alias=_env("BLOOM_MEMBRIDGE_DB_POOL_SIZE")
+    )
+    memory_bucket: str = Field(
+        "",
+        pattern=r"^([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])?$",
+        validation_alias=_env("BLOOM_MEMORY_BUCKET"),
+        description="The nodes' memory bucket (their MINIO_BUCKET): with MINIO_ENDPOINT, a "
+        "leadership select is written there as the lease the nodes obey.",
+    )
+    agent_key: SecretStr = Field(
+        SecretStr(""),
+        validation_alias=_env("BLOOM_AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
+        description="Sent in X-MEMBRIDGE-AGENT to the agents asked to sync.",
+    )
+    agent_timeout_sec: float = Field(
+        180.0,
+        gt=0,
+        validation_alias=_env("BLOOM_MEMBRIDGE_AGENT_TIMEOUT_SEC"),
+        description="How long a sync asked of an agent may take.",
     )
     rate_limit_enabled: bool = Field(
         True, validation_alias=_env("BLOOM_MEMBRIDGE_RATE_LIMIT_ENABLED")
@@ -83,6 +102,10 @@ class MembridgeSettings(ServerSettings):
     @classmethod
     def _storage(cls, value: str) -> str:
         return check_rate_limit_storage(value)
+
+    @property
+    def writes_leases(self) -> bool:
+        return self.s3_configured and bool(self.memory_bucket)
 
     @property
     def admin_key_value(self) -> str:

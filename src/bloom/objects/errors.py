@@ -12,3 +12,7 @@ class ObjectMissing(Exception):
 
 class DigestMismatch(Exception):
     """The streamed content's SHA-256 is not the one expected; nothing was stored."""
+
+
+class PreconditionFailed(Exception):
+    """A conditional write lost: the object changed (If-Match) or exists (If-None-Match)."""

@@ -15,10 +15,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
+from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError, PreconditionError
 from obstore.store import S3Store
 
-from bloom.objects.errors import DigestMismatch, ObjectMissing, ObjectStoreUnavailable
+from bloom.objects.errors import (
+    DigestMismatch,
+    ObjectMissing,
+    ObjectStoreUnavailable,
+    PreconditionFailed,
+)
 from bloom.objects.settings import ObjectStoreSettings
 
 if TYPE_CHECKING:
@@ -32,6 +37,14 @@ MISSING = (NotFoundError, FileNotFoundError)
 FAILED = (BaseError, OSError)
 """Anything else obstore raises: its own errors, and the builtins it maps some to (timeouts,
 refused connections, permissions)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    """A small object's bytes and the ETag they were read with (for a compare-and-swap)."""
+
+    data: bytes
+    etag: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +169,12 @@ class S3Bucket:
             raise self._unavailable(f"upload of {key}", exc) from None
         return PutResult(hashed.sha256, hashed.size)
 
+    async def put_bytes(
+        self, key: str, data: bytes, *, content_type: str = "application/octet-stream"
+    ) -> None:
+        """One small object, written whole (unconditionally)."""
+        await self._put_once(key, data, {"Content-Type": content_type}, if_absent=False)
+
     async def _put_once(
         self, key: str, data: bytes, attributes: "Attributes", if_absent: bool
     ) -> bool:
@@ -179,6 +198,62 @@ class S3Bucket:
         except FAILED as exc:
             raise self._unavailable(f"put {key}", exc) from None
         return True
+
+    async def read(self, key: str) -> Versioned:
+        """A small object whole, with its ETag; `ObjectMissing` if none."""
+        try:
+            result = await obstore.get_async(self._store(), key)
+            data = bytes(await result.bytes_async())
+        except MISSING:
+            raise ObjectMissing(f"{key}: not found") from None
+        except FAILED as exc:
+            raise self._unavailable(f"get {key}", exc) from None
+        return Versioned(data, str(result.meta["e_tag"] or ""))
+
+    async def swap(
+        self, key: str, data: bytes, *, etag: str | None, content_type: str = "application/json"
+    ) -> str:
+        """Compare-and-swap: write `data` only if the object still has `etag` (If-Match), or,
+        with `etag=None`, only if there is none (If-None-Match: *). The new ETag;
+        `PreconditionFailed` when another writer came first."""
+        mode: Any = "create" if etag is None else {"e_tag": etag}
+        try:
+            put = await obstore.put_async(
+                self._store(),
+                key,
+                data,
+                attributes={"Content-Type": content_type},
+                mode=mode,
+                use_multipart=False,
+            )
+        except (AlreadyExistsError, PreconditionError):
+            raise PreconditionFailed(f"{key}: changed by another writer") from None
+        except MISSING:  # no bucket yet: make it, once
+            if self._bucket_ready:
+                raise self._unavailable(f"put {key}", FileNotFoundError("no bucket")) from None
+            await self.ensure_bucket()
+            return await self.swap(key, data, etag=etag, content_type=content_type)
+        except FAILED as exc:
+            raise self._unavailable(f"put {key}", exc) from None
+        return str(put["e_tag"] or "")
+
+    async def copy(self, source: str, target: str) -> None:
+        """Server-side copy of `source` over `target` (no bytes pass through here)."""
+        try:
+            await obstore.copy_async(self._store(), source, target)
+        except MISSING:
+            raise ObjectMissing(f"{source}: not found") from None
+        except FAILED as exc:
+            raise self._unavailable(f"copy {source}", exc) from None
+
+    async def delete(self, key: str) -> None:
+        """Remove `key` (no error when it is already gone)."""
+        try:
+            await obstore.delete_async(self._store(), key)
+        except MISSING:
+            return
+        except FAILED as exc:
+            raise self._unavailable(f"delete {key}", exc) from None
 
     async def get(
         self, key: str, first: int = 0, last: int | None = None, *, bucket: str | None = None

@@ -17,8 +17,11 @@ from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
+from bloom.memory.actions import Action
+from bloom.memory.settings import MemorySettings
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.conversations import ConversationBook
+from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import Pause, TaskRun
 
@@ -34,9 +37,18 @@ class Worker:
         settings: WorkerSettings,
         client: RuntimeClient,
         membridge: MembridgeClient | None = None,
+        memory: MemorySettings | None = None,
         environ: Mapping[str, str] = os.environ,
     ):
         self.settings = settings
+        self.memory = memory
+        """This node's memory-sync settings, when it syncs projects' memory."""
+        self.memory_auto = (
+            MemoryAutoSync(memory, settings.memory_projects)
+            if memory is not None and settings.memory_projects
+            else None
+        )
+        """Automatic mode: the projects this worker syncs by itself."""
         self.client = client
         self.membridge = membridge
         """Where the worker also announces itself (the seed's agent registry), if anywhere."""
@@ -76,7 +88,9 @@ class Worker:
         if self.settings.agent_port is None:
             await self._serve()
             return
-        surface = AgentSurface(self.settings, self.start_pushed, lambda: sorted(self.running))
+        surface = AgentSurface(
+            self.settings, self.start_pushed, lambda: sorted(self.running), self.memory
+        )
         async with serving(surface):
             log.info("agent_listening", url=self.settings.advertised_agent_url)
             await self._serve()
@@ -95,8 +109,12 @@ class Worker:
         await self._register()
         if self.stopping.is_set():
             return
+        if self.memory_auto is not None:
+            await self.memory_auto.start()
         log.info("worker_ready", worker=self.settings.name, slots=self.settings.max_concurrency)
         helpers = [asyncio.create_task(self._presence())]
+        if self.memory_auto is not None:
+            helpers.append(asyncio.create_task(self.memory_auto.keep_leases()))
         if self.membridge:
             helpers.append(asyncio.create_task(self._membridge_presence()))
         claiming = self.settings.max_concurrency if self.settings.claim else 0
@@ -149,15 +167,19 @@ class Worker:
         assert self.membridge is not None
         project = self.settings.project_dir.resolve().name if self.settings.project_dir else None
         while True:
+            beats = (
+                self.memory_auto.beats(self.settings.name, __version__) if self.memory_auto else []
+            )
+            if project and not any(beat["project_id"] == project for beat in beats):
+                beats.append({
+                    "node_id": self.settings.name,
+                    "canonical_id": canonical_id(project),
+                    "project_id": project,
+                    "agent_version": __version__,
+                })  # fmt: skip
             try:
                 await self.membridge.register_agent(self.registration())
-                if project:
-                    beat = {
-                        "node_id": self.settings.name,
-                        "canonical_id": canonical_id(project),
-                        "project_id": project,
-                        "agent_version": __version__,
-                    }
+                for beat in beats:
                     await self.membridge.node_heartbeat(beat)
             except MembridgeUnavailable as exc:
                 log.warning("membridge_unreachable", error=str(exc))
@@ -224,6 +246,8 @@ class Worker:
             raise
         finally:
             self.running.discard(grant.task.id)
+        if self.memory_auto is not None:  # the task's Claude session may have added memories
+            await self.memory_auto.sync(Action.PUSH, grant.task.agent_slug)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is stopped."""

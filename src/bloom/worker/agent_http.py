@@ -5,7 +5,11 @@ task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.m
 - `POST /execute-task`: the runtime's dispatch. The body carries the lease it granted (`grant`),
   so the task runs exactly as a claimed one does (heartbeats, live output, one fenced complete);
   the answer comes at once (`{ok: true, accepted: true}`), the run goes on in the background.
-- `GET /status`: the tasks running here.
+- `GET /status`: the tasks running here; with `?project=`, that project's memory too.
+- `POST /sync/pull`, `POST /sync/push` (`{project}`; also `/pull`, `/push`), `GET|POST /doctor`:
+  memory sync on this node (docs/memory-sync.md), answered as the reference agent answers:
+  `ok` (exit code 0), `returncode` (1 error, 2 primary refused pull, 3 secondary blocked push),
+  `detail`, and the report's facts.
 - `/restart`, `/self-update`, `/uninstall`, `/clone`: 403, as the reference agent answers while
   process control is not enabled: a BLOOM worker is managed by its service manager.
 
@@ -27,6 +31,11 @@ from starlette.routing import Route
 
 from bloom import __version__
 from bloom.clients.wire import Grant
+from bloom.domain.ids import canonical_id
+from bloom.domain.memory import ExitCode, Report
+from bloom.memory.actions import Action, perform
+from bloom.memory.settings import MemorySettings
+from bloom.web.settings import SettingsError
 from bloom.worker.settings import WorkerSettings
 
 KEY_HEADER = "x-membridge-agent"
@@ -41,17 +50,26 @@ class AgentSurface:
         settings: WorkerSettings,
         start: Callable[[Grant], Awaitable[bool]],
         running: Callable[[], list[str]],
+        memory: MemorySettings | None = None,
     ):
         self.settings = settings
         self.start = start
         """Runs the grant in the background; False when no slot is free."""
         self.running = running
+        self.memory = memory
+        """This node's memory-sync settings (the project comes with each request)."""
 
     def app(self) -> Starlette:
         routes = [
             Route("/health", self.health, methods=["GET"]),
             Route("/status", self.status, methods=["GET"]),
             Route("/execute-task", self.execute, methods=["POST"]),
+            *(
+                Route(path, self._memory_route(action), methods=["POST"])
+                for action in (Action.PULL, Action.PUSH)
+                for path in (f"/sync/{action}", f"/{action}")
+            ),
+            Route("/doctor", self._memory_route(Action.DOCTOR), methods=["GET", "POST"]),
             *(
                 Route(path, self.process_control, methods=["POST"])
                 for path in ("/restart", "/self-update", "/uninstall", "/clone")
@@ -90,8 +108,52 @@ class AgentSurface:
             return refused
         running = self.running()
         slots = self.settings.max_concurrency
-        return JSONResponse({"ok": True, "worker": self.settings.name, "running": running,
-                             "free_slots": max(0, slots - len(running))})  # fmt: skip
+        answer: dict[str, Any] = {"ok": True, "worker": self.settings.name, "running": running,
+                                  "free_slots": max(0, slots - len(running))}  # fmt: skip
+        project = request.query_params.get("project")
+        if project:
+            answer["memory"] = await self.sync(Action.STATUS, project)
+        return JSONResponse(answer)
+
+    def _memory_route(self, action: Action) -> Callable[[Request], Awaitable[JSONResponse]]:
+        async def route(request: Request) -> JSONResponse:
+            refused = self._refused(request)
+            if refused is not None:
+                return refused
+            project: object = request.query_params.get("project", "")
+            if request.method == "POST":
+                try:
+                    project = (await request.json())["project"]
+                except (ValueError, KeyError, TypeError):
+                    project = None
+            if not isinstance(project, str) or not project:
+                detail = "Name the project: a JSON body {project} (or ?project= on GET)"
+                return JSONResponse({"ok": False, "detail": detail}, status_code=422)
+            return JSONResponse(await self.sync(action, project))
+
+        return route
+
+    async def sync(self, action: Action, project: str) -> dict[str, Any]:
+        """One memory action on this node, answered as the reference agent answers a sync."""
+        if self.memory is None:
+            report = Report(ExitCode.ERROR, "memory sync is not configured on this node")
+        else:
+            settings = self.memory.model_copy(update={"project": project})
+            try:
+                report = await perform(action, settings)
+            except SettingsError as exc:
+                report = Report(ExitCode.ERROR, f"memory sync is not configured: {exc}")
+        return {
+            **report.facts,
+            "ok": report.ok,
+            "action": action.value,
+            "project": project,
+            "canonical_id": canonical_id(project),
+            "node_id": self.settings.name,
+            "hostname": platform.node(),
+            "returncode": int(report.code),
+            "detail": report.detail,
+        }
 
     async def execute(self, request: Request) -> JSONResponse:
         refused = self._refused(request)

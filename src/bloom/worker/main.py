@@ -10,6 +10,8 @@ import structlog
 from bloom.clients.membridge import MembridgeClient
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.clock import system_clock
+from bloom.memory.settings import MemorySettings, load_memory_settings
+from bloom.web.settings import SettingsError
 from bloom.worker.agent import Worker
 from bloom.worker.settings import WorkerSettings
 
@@ -44,9 +46,20 @@ def membridge_client(settings: WorkerSettings) -> MembridgeClient | None:
     return MembridgeClient(credentials, system_clock, retries=0, timeout_sec=10.0)
 
 
+def memory_settings(settings: WorkerSettings) -> MemorySettings | None:
+    """This node's memory-sync settings (config.env and the environment), named as the worker
+    is; None, said once, when they cannot be used."""
+    try:
+        memory = load_memory_settings()
+    except SettingsError as exc:
+        log.warning("memory_sync_unconfigured", error=str(exc))
+        return None
+    return memory.model_copy(update={"node_id": settings.name})
+
+
 async def _serve(settings: WorkerSettings) -> int:
     async with RuntimeClient(settings.runtime_url, settings.api_key_value) as client:
-        worker = Worker(settings, client, membridge_client(settings))
+        worker = Worker(settings, client, membridge_client(settings), memory_settings(settings))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)

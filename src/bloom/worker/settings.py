@@ -50,6 +50,13 @@ class WorkerSettings(ServiceSettings):
         1, ge=1, le=32, validation_alias=_env("BLOOM_WORKER_CONCURRENCY", "MAX_CONCURRENCY")
     )
     labels: list[str] = Field(default_factory=list, validation_alias=_env("BLOOM_WORKER_LABELS"))
+    memory_projects: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("BLOOM_WORKER_MEMORY_PROJECTS"),
+        description="Projects (agent slugs) whose Claude memory the worker syncs by itself, as a "
+        'JSON list, e.g. ["mem"]: pulled at start, pushed after each task of the project, '
+        "reported in its Membridge heartbeats (docs/memory-sync.md).",
+    )
 
     data_dir: Path = Field(Path(".bloom"), validation_alias=_env("BLOOM_DATA_DIR"))
     work_dir: Path | None = Field(

@@ -9,6 +9,7 @@ from bloom.membridge.services.agents import AgentService
 from bloom.membridge.services.fleet import FleetService
 from bloom.membridge.services.jobs import JobService
 from bloom.membridge.services.projects import ProjectService
+from bloom.membridge.services.sync import SyncService
 
 
 def app_container(request: Request) -> Container:
@@ -37,8 +38,13 @@ async def _jobs(request: Request) -> JobService:
     return app_container(request).jobs
 
 
+async def _sync(request: Request) -> SyncService:
+    return app_container(request).sync
+
+
 AppContainer = Annotated[Container, Depends(_container)]
 Agents = Annotated[AgentService, Depends(_agents)]
 Projects = Annotated[ProjectService, Depends(_projects)]
 Fleet = Annotated[FleetService, Depends(_fleet)]
 Jobs = Annotated[JobService, Depends(_jobs)]
+Sync = Annotated[SyncService, Depends(_sync)]

@@ -237,6 +237,25 @@ class SelectReply(BaseModel):
         )
 
 
+# ---- sync ----
+
+
+class SyncBody(Body):
+    project: str = Field(min_length=1, max_length=128)
+    agent: str = Field(min_length=1, max_length=128)
+
+
+class SyncReply(BaseModel):
+    """As the reference answers; `ok` false when the agent refused or failed (see the job)."""
+
+    ok: bool
+    project: str
+    agent: str
+    canonical_id: str
+    detail: str
+    job_id: str
+
+
 # ---- jobs and health ----
 
 

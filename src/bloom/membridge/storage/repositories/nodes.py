@@ -42,6 +42,16 @@ for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
             "epoch": ld.c.epoch + 1,
         },
     ).returning(*LEADERSHIP_COLUMNS)
+# A choice whose epoch another writer (the lease object's compare-and-swap) settled: stored
+# unless a newer one is there already.
+_ADOPT = {}
+for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
+    _adopted = _dialect.insert(ld)
+    _ADOPT[_kind] = _adopted.on_conflict_do_update(
+        index_elements=[ld.c.canonical_id],
+        set_={c.name: _adopted.excluded[c.name] for c in LEADERSHIP_COLUMNS[1:]},
+        where=_adopted.excluded.epoch > ld.c.epoch,
+    )
 _NODES_OF = (
     select(*NODE_COLUMNS)
     .where(n.c.canonical_id == bindparam("b_cid"))
@@ -96,3 +106,7 @@ class LeadershipRepository(Repository):
         }
         rows = await self.run(_SELECT[self.kind], params)
         return Leadership(**rows[0])
+
+    async def adopt(self, leadership: Leadership) -> None:
+        """Store a choice with its own epoch, unless the stored one is newer."""
+        await self.run(_ADOPT[self.kind], entity_values(leadership, LEADERSHIP_COLUMNS))

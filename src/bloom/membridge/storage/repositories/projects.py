@@ -16,6 +16,7 @@ _INSERT_NEW = {
     kind: dialect.insert(p).on_conflict_do_nothing(index_elements=[p.c.name]).returning(p.c.name)
     for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
+_GET = select(*PROJECT_COLUMNS).where(p.c.name == bindparam("b_name"))
 _LIST = select(*PROJECT_COLUMNS).order_by(p.c.created_at, p.c.name)
 _DELETE = delete(p).where(p.c.name == bindparam("b_name")).returning(p.c.name)
 _COUNT = select(func.count()).select_from(p)
@@ -34,6 +35,9 @@ for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
 
 
 class ProjectRepository(Repository):
+    async def get(self, name: str) -> Project | None:
+        return await self.one(Project, _GET, {"b_name": name})
+
     async def insert_new(self, project: Project) -> bool:
         """Insert unless a project with this name exists; True when inserted."""
         params = entity_values(project, PROJECT_COLUMNS)
