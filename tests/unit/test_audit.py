@@ -5,6 +5,7 @@ from bloom.domain.audit import (
     AuditAction,
     config_audit,
     lease_audit,
+    leases_audit,
     lockout_audit,
     project_audit,
     task_audit,
@@ -44,11 +45,12 @@ def test_every_builders_entity_type_is_one_the_audit_page_offers_as_a_filter() -
     made = [
         task_audit(AuditAction.TASK_CREATED, "t1", now=5, actor="a", detail=""),
         lease_audit(AuditAction.LEASE_EXPIRED, lease, now=5, actor="a", detail=""),
+        leases_audit(AuditAction.LEASES_RENEWED, now=5, actor="a", detail=""),
         worker_audit(AuditAction.WORKER_OFFLINE, "w1", now=5, actor="a", detail=""),
         config_audit(AuditAction.CONFIG_UPDATED, now=5, actor="a", detail=""),
         project_audit(AuditAction.LEADERSHIP_PROMOTE, "c1", now=5, actor="a", detail=""),
         lockout_audit(LOCKED_USERNAME, "ada", now=5, actor="198.51.100.1", detail=""),
         lockout_audit(LOCKED_ADDRESS, "198.51.100.1", now=5, actor="198.51.100.1", detail=""),
     ]
-    assert sorted(entry.entity_type for entry in made) == sorted(ENTITY_TYPES)
+    assert {entry.entity_type for entry in made} == set(ENTITY_TYPES)
     assert made[-1].action == "login_locked_out"

@@ -110,7 +110,7 @@ def config_audit(action: AuditAction, *, now: int, actor: str, detail: str) -> A
 
 def leases_audit(action: AuditAction, *, now: int, actor: str, detail: str) -> AuditEntry:
     """Something done to every active lease at once (after an outage of ours)."""
-    return _entry(action, "leases", "active", now=now, actor=actor, detail=detail)
+    return _entry(action, "lease", "all-active", now=now, actor=actor, detail=detail)
 
 
 def project_audit(
