@@ -2,7 +2,6 @@
 serving on real ports, the bucket on the real S3 endpoint. Sync jobs recorded with the agents'
 answers; the leadership select writes the lease, so moving the primary changes who may push."""
 
-import shutil
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
@@ -36,12 +35,11 @@ async def no_start(_: object) -> bool:
 
 @pytest.fixture
 async def membridge(
-    s3_bucket: Bucket, tmp_path: Path, membridge_sqlite_template: Path
+    s3_bucket: Bucket, tmp_path: Path, membridge_db_url: str
 ) -> AsyncIterator[httpx.AsyncClient]:
-    db = tmp_path / "membridge.db"
-    shutil.copyfile(membridge_sqlite_template, db)
+    """Membridge in-process on each kind of database, with the memory bucket configured."""
     store = s3_bucket.settings() | {"memory_bucket": s3_bucket.name}
-    settings = membridge_settings(f"sqlite:///{db}", tmp_path, **store)
+    settings = membridge_settings(membridge_db_url, tmp_path, **store)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
