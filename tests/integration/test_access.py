@@ -356,6 +356,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
     for_workers = {route for route, access in RULES.items() if Role.WORKER in access.value}
     assert for_workers == {
         ("POST", f"{API}/workers"),
+        ("GET", f"{API}/workers/{{worker_id}}"),  # its own: the install script's check
         ("POST", f"{API}/workers/{{worker_id}}/claim"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/heartbeat"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/complete"),

@@ -23,6 +23,7 @@ class AuditAction(StrEnum):
     AGENT_UPDATED = "agent_updated"
     AGENT_RESTARTED = "agent_restarted"
     AGENT_UNINSTALLED = "agent_uninstalled"
+    INSTALL_SCRIPT_SERVED = "install_script_served"
     LEASE_EXPIRED = "lease_expired"
     LEASES_RENEWED = "leases_renewed"
     WORKER_REGISTERED = "worker_registered"

@@ -11,6 +11,7 @@ from bloom.domain.clock import Clock, system_clock
 from bloom.runtime.access import authorize
 from bloom.runtime.api import (
     events,
+    install,
     lease_protocol,
     membridge,
     metrics,
@@ -78,6 +79,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         system,
         login,
         workers,
+        install,
         tasks,
         lease_protocol,
         events,

@@ -24,6 +24,7 @@ from bloom.runtime.services.credentials import CredentialService, PasswordHasher
 from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.history import HistoryService
+from bloom.runtime.services.install_script import InstallScripts, InstallSettings
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
 from bloom.runtime.services.metrics import MetricsService
@@ -65,6 +66,7 @@ class Container:
     metrics: MetricsService
     events: EventService
     credentials: CredentialService
+    install_scripts: InstallScripts
     reaper: LeaseReaper
     membridge_client: MembridgeClient
     membridge: MembridgeService
@@ -185,6 +187,15 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
     )
     leases = LeaseService(db, signal, clock, lease_settings)
     agent_http, agent_key = httpx.AsyncClient(), settings.agent_key.get_secret_value()
+    credentials = CredentialService(
+        db,
+        clock,
+        hasher=PasswordHasher(settings.password_hash_threads),
+        lockouts=Lockouts.from_url(
+            settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
+        ),
+        policy=login_policy(settings),
+    )
     container = Container(
         settings=settings,
         db=db,
@@ -199,14 +210,12 @@ def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> C
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
         events=EventService(db, event_signal, signal, clock),
-        credentials=CredentialService(
+        credentials=credentials,
+        install_scripts=InstallScripts(
             db,
             clock,
-            hasher=PasswordHasher(settings.password_hash_threads),
-            lockouts=Lockouts.from_url(
-                settings.rate_limit_storage, key_prefix=settings.rate_limit_key_prefix
-            ),
-            policy=login_policy(settings),
+            credentials,
+            InstallSettings(settings.public_url, settings.install_repo_url, agent_key),
         ),
         reaper=reaper,
         membridge_client=client,

@@ -62,6 +62,12 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         validation_alias=bloom_env("AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
         description="Sent to node agents as X-MEMBRIDGE-AGENT (dispatch, agent management).",
     )
+    install_repo_url: str | None = Field(
+        None,
+        validation_alias=bloom_env("INSTALL_REPO_URL"),
+        description="The git repository the node install script clones (an http(s) URL; the "
+        "script's `repo_url` query overrides it). Unset: the script must be given `repo_url`.",
+    )
     dispatch_accept_sec: float = Field(
         5.0,
         gt=0,

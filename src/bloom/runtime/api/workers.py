@@ -23,7 +23,9 @@ async def list_workers(workers: Workers) -> JSON:
 
 
 @router.get("/{worker_id}", response_model=WorkerDetail, summary="A worker and its active leases")
-async def get_worker(worker_id: str, workers: Workers) -> JSON:
+async def get_worker(worker_id: str, workers: Workers, caller: Caller) -> JSON:
+    """A worker key reads its own worker only (the install script checks it came online)."""
+    acting_worker(caller, worker_id)
     worker, leases = await workers.get(worker_id)
     detail = {f.name: getattr(worker, f.name) for f in fields(worker)}
     return JSON(detail | {"leases": leases})
