@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from bloom.domain.identity import Role
+from bloom.runtime.app import create_app
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.access import ADMIN_KEY, HEADER, log_in
 from tests.support.api import API, success
@@ -317,6 +318,7 @@ async def test_the_worker_and_membridge_pages(client: httpx.AsyncClient) -> None
     page = await client.get("/workers", headers=browser)
     assert "pi-1" in page.text
     assert "hx-confirm" in page.text
+    assert "Set <code>BLOOM_PUBLIC_URL</code>" in page.text  # no install command without it
     removed = await client.post("/workers/pi-1/remove", headers=browser | HX)
     assert removed.status_code == 200
     assert (await client.get(f"{API}/workers/pi-1", headers={HEADER: ADMIN_KEY})).status_code == 404
@@ -361,3 +363,31 @@ async def test_dashboard_pages_are_rate_limited_like_the_api(
             static = {(await http.get("/static/dashboard.css")).status_code for _ in range(5)}
     assert answers == [303, 303, 303, 429, 429]
     assert static == {200}
+
+
+async def test_admins_see_the_install_command_viewers_do_not(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = make_settings(
+        database_url, tmp_path, api_key=ADMIN_KEY, public_url="https://bloom.example.org/"
+    )
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
+            http.app = app  # type: ignore[attr-defined]
+            admin = await client_page(http, await admin_browser(http))
+            viewer = await client_page(http, await viewer_browser(http))
+    command = (
+        'curl -fsSL -H "X-Runtime-API-Key: $ADMIN_KEY" "https://bloom.example.org'
+        '/api/runtime/agent-install-script?node_id=NODE&amp;with_key=true" | sudo sh'
+    )
+    assert command in admin
+    assert 'data-copy="install-command"' in admin
+    assert "agent-install-script" not in viewer
+
+
+async def client_page(http: httpx.AsyncClient, browser: dict[str, str]) -> str:
+    page = await http.get("/workers", headers=browser)
+    assert page.status_code == 200
+    return page.text

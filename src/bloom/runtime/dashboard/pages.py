@@ -212,6 +212,7 @@ async def workers_page(request: Request, part: Part = None) -> HTMLResponse:
         "workers": workers,
         "leases": leases,
         "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),
+        "public_url": (c.settings.public_url or "").rstrip("/"),
     }
     return render(
         request,

@@ -2,7 +2,7 @@
 # Installs a BLOOM Runtime worker on this node as a service (systemd or OpenRC), as
 # docs/deployment.md does by hand, then checks that it comes online at the runtime.
 # Served by GET /api/runtime/agent-install-script; run it as root:
-#   curl -fsSL -H "X-Runtime-API-Key: <admin key>" "<runtime>/api/runtime/agent-install-script?node_id=<name>" | sh
+#   curl -fsSL -H "X-Runtime-API-Key: <admin key>" "<runtime>/api/runtime/agent-install-script?node_id=<name>" | sudo sh
 # Keys not embedded here are read from this shell's environment (BLOOM_WORKER_API_KEY,
 # MEMBRIDGE_AGENT_KEY) and written only to the env file (mode 0600).
 set -eu
