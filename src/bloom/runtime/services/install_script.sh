@@ -104,8 +104,8 @@ mv "$ENV_FILE.new" "$ENV_FILE"
 # The service, rendered by `bloom deploy render` for this host.
 RENDERED=$(mktemp -d)
 trap 'rm -rf "$RENDERED"' EXIT
-"$BLOOM" deploy render --domain localhost --user bloom --worker-user "$WORKER_USER" \
-    "--$INIT" --out "$RENDERED" >/dev/null
+said=$("$BLOOM" deploy render --domain localhost --user bloom --worker-user "$WORKER_USER" \
+    "--$INIT" --out "$RENDERED" 2>&1) || die "bloom deploy render failed: $said"
 if [ "$INIT" = systemd ]; then
     install -m 0644 "$RENDERED/etc/systemd/system/bloom-worker.service" /etc/systemd/system/
     systemctl daemon-reload
