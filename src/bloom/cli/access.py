@@ -13,8 +13,8 @@ from bloom.cli.output import fail
 from bloom.domain.identity import Role
 from bloom.runtime.services.credentials import CredentialService
 
-keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
-users = typer.Typer(help="People who log in to the dashboard.", no_args_is_help=True)
+keys = typer.Typer(no_args_is_help=True)  # their help: bloom.cli.main's
+users = typer.Typer(no_args_is_help=True)
 T = TypeVar("T")
 
 

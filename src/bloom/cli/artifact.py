@@ -21,7 +21,7 @@ from bloom.cli.remote import DEFAULT_URL, UrlOption, call, err
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.models import Artifact
 
-app = typer.Typer(help="Artifacts: read their content, move it between stores.")
+app = typer.Typer()  # its help: bloom.cli.main's
 PROGRESS_FROM_BYTES = 1024 * 1024
 """Smaller downloads finish before a bar would be worth drawing."""
 

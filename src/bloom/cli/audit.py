@@ -8,7 +8,7 @@ from bloom.cli.output import fail
 from bloom.runtime.container import Container
 from bloom.runtime.services.audit_export import ExportReport
 
-app = typer.Typer(help="The audit log.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 @app.command("export")

@@ -5,7 +5,7 @@ import typer
 from bloom.cli.common import runtime_settings
 from bloom.runtime.storage.schema import SCHEMA
 
-app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 @app.command()

@@ -8,10 +8,7 @@ import uvicorn
 
 from bloom.worker.echo_model import create_app
 
-app = typer.Typer(
-    help="A stand-in for the Anthropic API that echoes every prompt (demos and tests).",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 @app.command()

@@ -16,7 +16,7 @@ from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
 from bloom.membridge.storage.schema import SCHEMA
 from bloom.web.settings import SettingsError
 
-app = typer.Typer(help="The Membridge control plane.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 db_app = typer.Typer(help="Membridge's database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 

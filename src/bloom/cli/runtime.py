@@ -22,7 +22,7 @@ from bloom.runtime.storage.schema import SCHEMA
 from bloom.web.metrics import MULTIPROC_ENV
 from bloom.web.settings import SettingsError
 
-app = typer.Typer(help="The runtime server.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 log = structlog.get_logger("bloom.runtime")
 
 

@@ -29,7 +29,7 @@ from bloom.clients.wire import ArtifactInfo, TaskInfo
 from bloom.domain.models import DEFAULT_TIMEOUT_SEC
 from bloom.domain.states import TERMINAL, TaskStatus
 
-app = typer.Typer(help="Queue LLM tasks and follow them.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 STATUSES = tuple(TaskStatus)
 INTERRUPTED = 130

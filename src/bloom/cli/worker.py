@@ -25,7 +25,7 @@ from bloom.domain.fleet import WORKER_ID
 from bloom.web.settings import SettingsError
 from bloom.worker.settings import WorkerSettings, load_worker_settings
 
-app = typer.Typer(help="Workers: run one here, or list the runtime's.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 def _name(value: str | None) -> str | None:
