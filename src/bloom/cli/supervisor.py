@@ -20,7 +20,6 @@ from pathlib import Path
 from types import FrameType
 
 import click
-import httpx
 
 TAIL_LINES = 20
 NAME_WIDTH = 9
@@ -66,6 +65,7 @@ def http_ready(
     url: str, *, headers: Mapping[str, str] | None = None, timeout_sec: float = 2.0
 ) -> Ready:
     """Ready when GET `url` answers 200."""
+    import httpx  # only `bloom up` waits on children: not imported by `--help`
 
     def check() -> bool:
         try:
