@@ -4,21 +4,23 @@
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from bloom.cli.admin import on_runtime
 from bloom.cli.output import fail
 from bloom.domain.identity import Role
-from bloom.runtime.services.credentials import CredentialService
 
-keys = typer.Typer(help="API keys with a role: admin, worker or viewer.", no_args_is_help=True)
-users = typer.Typer(help="People who log in to the dashboard.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from bloom.runtime.services.credentials import CredentialService
+
+keys = typer.Typer(no_args_is_help=True)  # their help: bloom.cli.main's
+users = typer.Typer(no_args_is_help=True)
 T = TypeVar("T")
 
 
-def _run(action: Callable[[CredentialService], Awaitable[T]]) -> T:
+def _run(action: "Callable[[CredentialService], Awaitable[T]]") -> T:
     """`action` on the runtime's credentials."""
     return on_runtime(lambda container: action(container.credentials))
 

@@ -4,19 +4,23 @@ directly, with no running server and no admin key, migrating the schema first if
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from bloom.cli.common import runtime_settings
 from bloom.cli.output import fail
 from bloom.domain.errors import ServiceError
-from bloom.runtime.container import Container, build_container
-from bloom.runtime.storage.schema import SCHEMA
+
+if TYPE_CHECKING:  # the runtime's services are imported when a command runs on them
+    from bloom.runtime.container import Container
 
 T = TypeVar("T")
 
 
-def on_runtime(action: Callable[[Container], Awaitable[T]]) -> T:
+def on_runtime(action: "Callable[[Container], Awaitable[T]]") -> T:
     """`action` with the runtime's services, service refusals as one red line."""
+    from bloom.runtime.container import build_container
+    from bloom.runtime.storage.schema import SCHEMA
+
     settings, target = runtime_settings()
     if settings.migrate_on_start:
         SCHEMA.upgrade(target)

@@ -5,7 +5,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 import typer
 from rich.progress import (
@@ -18,10 +18,12 @@ from rich.progress import (
 from bloom.cli.admin import on_runtime
 from bloom.cli.output import fail
 from bloom.cli.remote import DEFAULT_URL, UrlOption, call, err
-from bloom.clients.runtime import RuntimeClient
 from bloom.domain.models import Artifact
 
-app = typer.Typer(help="Artifacts: read their content, move it between stores.")
+if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
+    from bloom.clients.runtime import RuntimeClient
+
+app = typer.Typer()  # its help: bloom.cli.main's
 PROGRESS_FROM_BYTES = 1024 * 1024
 """Smaller downloads finish before a bar would be worth drawing."""
 
@@ -53,7 +55,7 @@ def get(
 
 
 async def _download(
-    client: RuntimeClient, artifact_id: str, sink: BinaryIO, progress: bool
+    client: "RuntimeClient", artifact_id: str, sink: BinaryIO, progress: bool
 ) -> None:
     async with client.artifact_download(artifact_id) as download:
         show = progress and err().is_terminal and (download.size or 0) >= PROGRESS_FROM_BYTES

@@ -5,7 +5,7 @@ import typer
 from bloom.cli.output import fail, say
 from bloom.worker import claude_cli
 
-app = typer.Typer(help="The Claude CLI the worker runs.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 @app.command()

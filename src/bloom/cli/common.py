@@ -1,15 +1,20 @@
 """What several commands share: settings and the database target, with clean errors."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloom.cli.output import fail
-from bloom.db.database import DatabaseTarget, DatabaseUrlError, resolve_database
-from bloom.runtime.settings import RuntimeSettings, load_runtime_settings
-from bloom.web.settings import SettingsError
+
+if TYPE_CHECKING:  # imported by the commands that read them: not by `--help`
+    from bloom.db.database import DatabaseTarget
+    from bloom.runtime.settings import RuntimeSettings
 
 
-def runtime_settings(**overrides: object) -> tuple[RuntimeSettings, DatabaseTarget]:
+def runtime_settings(**overrides: object) -> "tuple[RuntimeSettings, DatabaseTarget]":
     """The runtime's settings and database, or a one-line error and exit status 2."""
+    from bloom.db.database import DatabaseUrlError, resolve_database
+    from bloom.runtime.settings import load_runtime_settings
+    from bloom.web.settings import SettingsError
+
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         settings = load_runtime_settings(**given)

@@ -34,9 +34,7 @@ from bloom.membridge.settings import load_membridge_settings
 from bloom.runtime.secret_key import FILE_NAME as SECRET_KEY_FILE
 from bloom.web.settings import SettingsError
 
-app = typer.Typer(
-    help="Deployment: the files for a host, and what to back up.", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*")

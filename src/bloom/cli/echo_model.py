@@ -4,14 +4,8 @@
 from typing import Annotated
 
 import typer
-import uvicorn
 
-from bloom.worker.echo_model import create_app
-
-app = typer.Typer(
-    help="A stand-in for the Anthropic API that echoes every prompt (demos and tests).",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 @app.command()
@@ -20,4 +14,8 @@ def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8100,
 ) -> None:
     """Serve the echo model; point Claude at it with ANTHROPIC_BASE_URL=http://HOST:PORT."""
+    import uvicorn
+
+    from bloom.worker.echo_model import create_app
+
     uvicorn.run(create_app(), host=host, port=port, timeout_graceful_shutdown=3)

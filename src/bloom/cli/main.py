@@ -1,4 +1,7 @@
-"""`bloom`: one entry point for every process and tool."""
+"""`bloom`: one entry point for every process and tool.
+
+Each command's module is imported only when that command runs (`cli/lazy.py`): this module
+imports no more than Typer, so `bloom --help` and every `bloom …` process start fast."""
 
 import os
 import signal
@@ -7,47 +10,62 @@ import threading
 import typer
 
 from bloom import __version__
-from bloom.cli import (
-    access,
-    artifact,
-    audit,
-    bench,
-    claude,
-    db,
-    deploy,
-    echo_model,
-    lifeline,
-    membridge,
-    memory,
-    runtime,
-    task,
-    up,
-    worker,
-)
+from bloom.cli import lifeline
 from bloom.cli.env_file import EnvFileError, load_env_file
+from bloom.cli.lazy import LazyCommand, LazyGroup
 from bloom.cli.output import fail
 
+ARTIFACT_HELP = "Artifacts: read their content, move it between stores."
+MEMORY_HELP = "Claude memory (claude-mem) synced between nodes through the bucket."
+
+
+class BloomGroup(LazyGroup):
+    lazy = (
+        LazyCommand(
+            "up",
+            "bloom.cli.up:up",
+            "Start the local stack: Membridge, the runtime and a worker (and the echo model with\n"
+            "--demo-model), on SQLite under BLOOM_DATA_DIR (./.bloom). Ctrl-C stops it all.",
+        ),
+        LazyCommand(
+            "bench", "bloom.cli.bench:bench", "Benchmark the lease engine through its HTTP API."
+        ),
+        LazyCommand("runtime", "bloom.cli.runtime:app", "The runtime server."),
+        LazyCommand("db", "bloom.cli.db:app", "Database schema."),
+        LazyCommand("membridge", "bloom.cli.membridge:app", "The Membridge control plane."),
+        LazyCommand("memory", "bloom.cli.memory:app", MEMORY_HELP),
+        LazyCommand("task", "bloom.cli.task:app", "Queue LLM tasks and follow them."),
+        LazyCommand(
+            "worker", "bloom.cli.worker:app", "Workers: run one here, or list the runtime's."
+        ),
+        LazyCommand("artifact", "bloom.cli.artifact:app", ARTIFACT_HELP),
+        # `bloom artifacts migrate` reads well
+        LazyCommand("artifacts", "bloom.cli.artifact:app", ARTIFACT_HELP, hidden=True),
+        LazyCommand("audit", "bloom.cli.audit:app", "The audit log."),
+        LazyCommand(
+            "key", "bloom.cli.access:keys", "API keys with a role: admin, worker or viewer."
+        ),
+        LazyCommand("user", "bloom.cli.access:users", "People who log in to the dashboard."),
+        LazyCommand("claude", "bloom.cli.claude:app", "The Claude CLI the worker runs."),
+        LazyCommand(
+            "echo-model",
+            "bloom.cli.echo_model:app",
+            "A stand-in for the Anthropic API that echoes every prompt (demos and tests).",
+        ),
+        LazyCommand(
+            "deploy",
+            "bloom.cli.deploy:app",
+            "Deployment: the files for a host, and what to back up.",
+        ),
+    )
+
+
 app = typer.Typer(
+    cls=BloomGroup,
     help="BLOOM Runtime: queue LLM tasks, lease them to Claude CLI workers, keep every result.",
     no_args_is_help=True,
     add_completion=False,
 )
-app.add_typer(runtime.app, name="runtime")
-app.add_typer(db.app, name="db")
-app.add_typer(membridge.app, name="membridge")
-app.add_typer(memory.app, name="memory")
-app.add_typer(task.app, name="task")
-app.add_typer(worker.app, name="worker")
-app.add_typer(artifact.app, name="artifact")
-app.add_typer(artifact.app, name="artifacts", hidden=True)  # `bloom artifacts migrate` reads well
-app.add_typer(audit.app, name="audit")
-app.add_typer(access.keys, name="key")
-app.add_typer(access.users, name="user")
-app.add_typer(claude.app, name="claude")
-app.add_typer(echo_model.app, name="echo-model")
-app.add_typer(deploy.app, name="deploy")
-app.command("up")(up.up)
-app.command("bench")(bench.bench)
 
 
 @app.callback()

@@ -1,28 +1,28 @@
 """`bloom membridge …`: the Membridge control plane server and its schema."""
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import uvicorn
-from sqlalchemy.exc import SQLAlchemyError
 
 from bloom.cli.common import uvicorn_options
-from bloom.cli.logs import configure_logging
 from bloom.cli.output import fail
-from bloom.db.database import DatabaseTarget, DatabaseUrlError
-from bloom.membridge.app import create_app
-from bloom.membridge.container import database_target
-from bloom.membridge.settings import MembridgeSettings, load_membridge_settings
-from bloom.membridge.storage.schema import SCHEMA
-from bloom.web.settings import SettingsError
 
-app = typer.Typer(help="The Membridge control plane.", no_args_is_help=True)
+if TYPE_CHECKING:  # the server's modules are imported by the commands, not by `--help`
+    from bloom.db.database import DatabaseTarget
+    from bloom.membridge.settings import MembridgeSettings
+
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 db_app = typer.Typer(help="Membridge's database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
-def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
+def _settings(**overrides: object) -> "tuple[MembridgeSettings, DatabaseTarget]":
     """Membridge's settings and database, or a one-line error and exit status 2."""
+    from bloom.db.database import DatabaseUrlError
+    from bloom.membridge.container import database_target
+    from bloom.membridge.settings import load_membridge_settings
+    from bloom.web.settings import SettingsError
+
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         settings = load_membridge_settings(**given)
@@ -33,7 +33,11 @@ def _settings(**overrides: object) -> tuple[MembridgeSettings, DatabaseTarget]:
         fail(f"BLOOM_MEMBRIDGE_DATABASE_URL: {exc}", 2)
 
 
-def _upgrade(target: DatabaseTarget, revision: str = "head") -> None:
+def _upgrade(target: "DatabaseTarget", revision: str = "head") -> None:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from bloom.membridge.storage.schema import SCHEMA
+
     try:
         SCHEMA.upgrade(target, revision)
     except SQLAlchemyError as exc:
@@ -63,6 +67,12 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the control plane API (default 127.0.0.1:8000)."""
+    import uvicorn
+
+    from bloom.cli.logs import configure_logging
+    from bloom.membridge.app import create_app
+    from bloom.web.settings import SettingsError
+
     settings, target = _settings(host=host, port=port, insecure=insecure or None)
     try:
         settings.check_auth()
@@ -77,6 +87,8 @@ def serve(
 @db_app.command()
 def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Migrate Membridge's database (BLOOM_MEMBRIDGE_DATABASE_URL, or SQLite membridge.db)."""
+    from bloom.membridge.storage.schema import SCHEMA
+
     _, target = _settings()
     typer.echo(f"Migrating {target.display} to {revision} …")
     _upgrade(target, revision)
@@ -86,6 +98,8 @@ def upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> 
 @db_app.command()
 def current() -> None:
     """Show the database's Membridge schema revision and the newest one this version knows."""
+    from bloom.membridge.storage.schema import SCHEMA
+
     _, target = _settings()
     typer.echo(f"database: {SCHEMA.current_revision(target) or 'empty'}")
     typer.echo(f"head:     {SCHEMA.head_revision()}")

@@ -11,11 +11,8 @@ import typer
 
 from bloom.cli.output import fail, say
 from bloom.domain.memory import ExitCode, Report
-from bloom.memory.actions import Action, perform
-from bloom.memory.settings import load_memory_settings
-from bloom.web.settings import SettingsError
 
-app = typer.Typer(help="Claude memory (claude-mem) synced between nodes through the bucket.")
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 ProjectOption = Annotated[
     str | None, typer.Option("--project", "-p", help="The project (overrides CLAUDE_PROJECT_ID).")
@@ -23,10 +20,14 @@ ProjectOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
 
 
-def _run(action: Action, project: str | None, as_json: bool) -> None:
+def _run(action: str, project: str | None, as_json: bool) -> None:
+    from bloom.memory.actions import Action, perform  # the object store's client: when it runs
+    from bloom.memory.settings import load_memory_settings
+    from bloom.web.settings import SettingsError
+
     try:
         settings = load_memory_settings(project)
-        report = asyncio.run(perform(action, settings))
+        report = asyncio.run(perform(Action(action), settings))
     except SettingsError as exc:
         fail(str(exc), ExitCode.ERROR)
     _show(report, as_json)
@@ -52,28 +53,28 @@ def _show(report: Report, as_json: bool) -> None:
 @app.command("push")
 def push_command(project: ProjectOption = None, as_json: JsonOption = False) -> None:
     """Publish the local database as the project's snapshot (primary only)."""
-    _run(Action.PUSH, project, as_json)
+    _run("push", project, as_json)
 
 
 @app.command("pull")
 def pull_command(project: ProjectOption = None, as_json: JsonOption = False) -> None:
     """Replace the local database by the published snapshot (backed up first)."""
-    _run(Action.PULL, project, as_json)
+    _run("pull", project, as_json)
 
 
 @app.command("status")
 def status_command(project: ProjectOption = None, as_json: JsonOption = False) -> None:
     """Role, local and published digests and counts (changes nothing)."""
-    _run(Action.STATUS, project, as_json)
+    _run("status", project, as_json)
 
 
 @app.command("doctor")
 def doctor_command(project: ProjectOption = None, as_json: JsonOption = False) -> None:
     """Check the bucket, its conditional writes, the lease, the lock, the database, the hooks."""
-    _run(Action.DOCTOR, project, as_json)
+    _run("doctor", project, as_json)
 
 
 @app.command("leadership")
 def leadership_command(project: ProjectOption = None, as_json: JsonOption = False) -> None:
     """This node's role, settling the lease (bootstrap, renewal or takeover) if needed."""
-    _run(Action.LEADERSHIP, project, as_json)
+    _run("leadership", project, as_json)

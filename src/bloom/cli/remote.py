@@ -5,18 +5,15 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
 from bloom.cli.output import fail
-from bloom.clients.runtime import (
-    RuntimeApiError,
-    RuntimeClient,
-    RuntimeContractError,
-    RuntimeUnreachable,
-)
+
+if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
+    from bloom.clients.runtime import RuntimeApiError, RuntimeClient
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:5000"
@@ -39,9 +36,10 @@ def api_key() -> str:
     return os.environ.get("BLOOM_API_KEY") or os.environ.get("RUNTIME_API_KEY") or ""
 
 
-def call(url: str, action: Callable[[RuntimeClient], Awaitable[T]]) -> T:
+def call(url: str, action: "Callable[[RuntimeClient], Awaitable[T]]") -> T:
     """Run `action` with a client of the runtime at `url`; its errors as one line each:
     unreachable and 401 exit 2 (fix the setup), other refusals exit 1. Ctrl-C passes through."""
+    from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 
     async def main() -> T:
         async with RuntimeClient(url, api_key()) as client:
@@ -55,7 +53,9 @@ def call(url: str, action: Callable[[RuntimeClient], Awaitable[T]]) -> T:
         fail(api_error(exc), 2 if exc.status == 401 else 1)
 
 
-def api_error(exc: RuntimeApiError) -> str:
+def api_error(exc: "RuntimeApiError") -> str:
+    from bloom.clients.runtime import RuntimeContractError
+
     if isinstance(exc, RuntimeContractError):
         return f"the runtime's answer does not fit this bloom (another version?): {exc.message}"
     if exc.status == 401:

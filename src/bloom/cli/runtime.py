@@ -3,26 +3,18 @@
 import asyncio
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import structlog
 import typer
-import uvicorn
 
 from bloom.cli.common import runtime_settings, uvicorn_options
-from bloom.cli.logs import configure_logging
 from bloom.cli.output import fail
-from bloom.db.database import StorageKind
-from bloom.objects.errors import ObjectStoreUnavailable
-from bloom.runtime.api.system import INSECURE_WARNING
-from bloom.runtime.app import create_app
-from bloom.runtime.container import object_bucket
-from bloom.runtime.settings import RuntimeSettings
-from bloom.runtime.storage.schema import SCHEMA
-from bloom.web.metrics import MULTIPROC_ENV
-from bloom.web.settings import SettingsError
 
-app = typer.Typer(help="The runtime server.", no_args_is_help=True)
+if TYPE_CHECKING:  # the server's modules are imported by `serve`, not by `--help`
+    from bloom.runtime.settings import RuntimeSettings
+
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 log = structlog.get_logger("bloom.runtime")
 
 
@@ -45,6 +37,16 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the runtime API (default 127.0.0.1:5000)."""
+    import uvicorn
+
+    from bloom.cli.logs import configure_logging
+    from bloom.db.database import StorageKind
+    from bloom.runtime.api.system import INSECURE_WARNING
+    from bloom.runtime.app import create_app
+    from bloom.runtime.storage.schema import SCHEMA
+    from bloom.web.metrics import MULTIPROC_ENV
+    from bloom.web.settings import SettingsError
+
     settings, target = runtime_settings(host=host, port=port, insecure=insecure or None)
     try:
         settings.check_exposure()
@@ -74,9 +76,12 @@ def serve(
         )
 
 
-def check_object_store(settings: RuntimeSettings) -> None:
+def check_object_store(settings: "RuntimeSettings") -> None:
     """Reach the S3 store (and make its bucket) before serving: refuse to start in one line when
     it cannot be reached, or start degraded when BLOOM_S3_REQUIRED=false."""
+    from bloom.objects.errors import ObjectStoreUnavailable
+    from bloom.runtime.container import object_bucket
+
     bucket = object_bucket(settings)
     assert bucket is not None  # the settings require an endpoint for the s3 store
 

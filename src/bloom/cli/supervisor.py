@@ -26,7 +26,6 @@ from pathlib import Path
 from types import FrameType
 
 import click
-import httpx
 
 from bloom.cli.lifeline import LIFELINE_ENV
 
@@ -74,6 +73,7 @@ def http_ready(
     url: str, *, headers: Mapping[str, str] | None = None, timeout_sec: float = 2.0
 ) -> Ready:
     """Ready when GET `url` answers 200."""
+    import httpx  # only `bloom up` waits on children: not imported by `--help`
 
     def check() -> bool:
         try:

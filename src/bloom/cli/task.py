@@ -4,7 +4,7 @@ import sys
 import time
 import uuid
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -24,12 +24,14 @@ from bloom.cli.remote import (
     when,
 )
 from bloom.cli.watch import TaskView, answer, follow
-from bloom.clients.runtime import RuntimeClient
 from bloom.clients.wire import ArtifactInfo, TaskInfo
 from bloom.domain.models import DEFAULT_TIMEOUT_SEC
 from bloom.domain.states import TERMINAL, TaskStatus
 
-app = typer.Typer(help="Queue LLM tasks and follow them.", no_args_is_help=True)
+if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
+    from bloom.clients.runtime import RuntimeClient
+
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 STATUSES = tuple(TaskStatus)
 INTERRUPTED = 130
@@ -159,7 +161,7 @@ def submit(
         return
     created: list[TaskInfo] = []
 
-    async def submit_and_follow(client: RuntimeClient) -> tuple[TaskInfo, str | None]:
+    async def submit_and_follow(client: "RuntimeClient") -> tuple[TaskInfo, str | None]:
         task = await client.create_task(body)
         created.append(task)
         view = TaskView(err())
@@ -177,7 +179,7 @@ def submit(
 
 
 async def _follow_to_answer(
-    client: RuntimeClient, task_id: str, view: TaskView
+    client: "RuntimeClient", task_id: str, view: TaskView
 ) -> tuple[TaskInfo, str | None]:
     final = await follow(client, task_id, view)
     content = await answer(client, task_id) if final.status == TaskStatus.COMPLETED else None
@@ -275,7 +277,7 @@ def show(
 ) -> None:
     """A task's fields, its last error, and its answer."""
 
-    async def fetch(client: RuntimeClient) -> tuple[TaskInfo, list[ArtifactInfo], str | None]:
+    async def fetch(client: "RuntimeClient") -> tuple[TaskInfo, list[ArtifactInfo], str | None]:
         task = await client.get_task(task_id)
         artifacts = await client.artifacts(task_id)
         content = await client.artifact_content(artifacts[0].id) if artifacts else None
@@ -338,7 +340,7 @@ def watch(
     """Follow a task until it ends (progress and live output on stderr), then print its answer.
     Exit status 1 unless it completed."""
 
-    async def watch_it(client: RuntimeClient) -> tuple[TaskInfo, str | None]:
+    async def watch_it(client: "RuntimeClient") -> tuple[TaskInfo, str | None]:
         task = await client.get_task(task_id)
         view = TaskView(err(), clock=time.time, started=task.created_at / 1000)
         return await _follow_to_answer(client, task_id, view)

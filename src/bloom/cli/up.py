@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated
 
 import click
-import httpx
 import typer
 
 from bloom.cli.output import fail, say
@@ -33,7 +32,6 @@ from bloom.cli.supervisor import (
     port_in_use,
 )
 from bloom.worker import claude_cli
-from bloom.worker.settings import default_worker_name
 
 HOST = "127.0.0.1"
 ADMIN_KEY_FILE = "membridge-admin.key"
@@ -111,6 +109,8 @@ def _runtime_key(environ: Mapping[str, str]) -> str:
 
 def worker_ready(runtime_url: str, name: str, since_ms: int, api_key: str = "") -> Ready:
     """Ready when the runtime lists the worker online, registered since `since_ms`."""
+    import httpx  # only `bloom up` waits on children: not imported by `--help`
+
     headers = {"X-Runtime-API-Key": api_key} if api_key else {}
 
     def check() -> bool:
@@ -254,6 +254,8 @@ def up(
 ) -> None:
     """Start the local stack: Membridge, the runtime and a worker (and the echo model with
     --demo-model), on SQLite under BLOOM_DATA_DIR (./.bloom). Ctrl-C stops it all."""
+    from bloom.worker.settings import default_worker_name
+
     environ = dict(os.environ)
     data_dir = Path(environ.get("BLOOM_DATA_DIR") or ".bloom").resolve()
     options = UpOptions(

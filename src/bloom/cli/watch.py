@@ -8,15 +8,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
 from bloom.clients.wire import TaskInfo
 from bloom.domain.states import TERMINAL
+
+if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
+    from bloom.clients.runtime import RuntimeClient, TaskEvent
 
 POLL_SEC = 1.0
 SETTLE_SEC = 3.0  # after the task ended, how long the events stream may take to deliver the rest
@@ -83,7 +85,7 @@ class TaskView:
 
     # events
 
-    def event(self, event: TaskEvent) -> None:
+    def event(self, event: "TaskEvent") -> None:
         data = event.data if isinstance(event.data, dict) else {}
         if event.type == "started":
             attempt = data.get("attempt")
@@ -139,7 +141,7 @@ class TaskView:
 
 
 async def follow(
-    client: RuntimeClient,
+    client: "RuntimeClient",
     task_id: str,
     view: TaskView,
     *,
@@ -173,9 +175,11 @@ async def follow(
     return task
 
 
-async def _render_events(client: RuntimeClient, task_id: str, view: TaskView) -> bool:
+async def _render_events(client: "RuntimeClient", task_id: str, view: TaskView) -> bool:
     """Render the task's events until its `end`: True; False when the runtime has no events
     stream (404/405 on it, for a task known to exist). Reconnects after a broken stream."""
+    from bloom.clients.runtime import RuntimeApiError, RuntimeUnreachable
+
     after, failures = 0, 0
     while True:
         try:
@@ -196,8 +200,10 @@ async def _render_events(client: RuntimeClient, task_id: str, view: TaskView) ->
         await asyncio.sleep(min(0.25 * 2**failures, 5.0))
 
 
-async def _poll(client: RuntimeClient, task_id: str, view: TaskView, every: float) -> None:
+async def _poll(client: "RuntimeClient", task_id: str, view: TaskView, every: float) -> None:
     """Report status changes until the task has ended (unreachable now and then is fine)."""
+    from bloom.clients.runtime import RuntimeUnreachable
+
     failures = 0
     while True:
         await asyncio.sleep(every)
@@ -214,7 +220,7 @@ async def _poll(client: RuntimeClient, task_id: str, view: TaskView, every: floa
             return
 
 
-async def answer(client: RuntimeClient, task_id: str) -> str | None:
+async def answer(client: "RuntimeClient", task_id: str) -> str | None:
     """The content of the task's newest artifact: its answer, or None."""
     artifacts = await client.artifacts(task_id)
     if not artifacts:

@@ -2,14 +2,13 @@
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bloom.cli.logs import configure_logging
 from bloom.cli.output import fail
 from bloom.cli.remote import (
     DEFAULT_URL,
@@ -22,10 +21,11 @@ from bloom.cli.remote import (
     styled_status,
 )
 from bloom.domain.fleet import WORKER_ID
-from bloom.web.settings import SettingsError
-from bloom.worker.settings import WorkerSettings, load_worker_settings
 
-app = typer.Typer(help="Workers: run one here, or list the runtime's.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from bloom.worker.settings import WorkerSettings
+
+app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 
 
 def _name(value: str | None) -> str | None:
@@ -36,8 +36,11 @@ def _name(value: str | None) -> str | None:
     return value
 
 
-def worker_settings(**overrides: object) -> WorkerSettings:
+def worker_settings(**overrides: object) -> "WorkerSettings":
     """The worker's settings from the environment and the options, or one red line, exit 2."""
+    from bloom.web.settings import SettingsError
+    from bloom.worker.settings import load_worker_settings
+
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return load_worker_settings(**given)
@@ -119,8 +122,10 @@ def run(
         agent_host=agent_host,
         claim=claim,
     )
-    configure_logging(settings.log_level, settings.log_format)
+    from bloom.cli.logs import configure_logging
     from bloom.worker.main import run_worker  # only this command needs the worker's code
+
+    configure_logging(settings.log_level, settings.log_format)
 
     raise typer.Exit(run_worker(settings))
 

@@ -1,0 +1,73 @@
+"""`bloom --help`, `bloom version` and the help of every command group import none of the
+servers, the database, the object stores or the HTTP client: each command's module is imported
+when it runs, and imports what it needs when it runs (docs/decisions.md). Checked by what a fresh
+interpreter has imported, never by timing."""
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from bloom.cli import main
+
+HEAVY = (
+    "sqlalchemy",
+    "fastapi",
+    "starlette",
+    "bloom.runtime.app",
+    "bloom.membridge.app",
+    "asyncpg",
+    "uvicorn",
+    "obstore",
+    "aiobotocore",
+    "httpx",
+)
+HEAVY_HELP = {"bench", "deploy"}
+"""Their options' defaults and checks come from the servers' settings and the bench itself."""
+
+PROBE = """
+import contextlib, io, json, sys
+from bloom.cli.main import app
+heavy, invocations = json.loads(sys.stdin.read())
+loaded = {}
+for args in invocations:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        app(args)
+    loaded[" ".join(args)] = [name for name in heavy if name in sys.modules]
+print(json.dumps(loaded))
+"""
+
+
+def test_help_imports_nothing_heavy() -> None:
+    groups = [[command.name or "", "--help"] for command in main.BloomGroup.lazy]
+    invocations = [
+        ["--help"],
+        ["version"],
+        *(args for args in groups if args[0] not in HEAVY_HELP),
+    ]
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        input=json.dumps([HEAVY, invocations]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    loaded = json.loads(probe.stdout)
+    assert list(loaded) == [" ".join(args) for args in invocations]
+    assert {args: modules for args, modules in loaded.items() if modules} == {}
+
+
+def test_listing_shows_each_command_as_it_is() -> None:
+    """The help main.py lists for a command is the one the command, loaded, shows first."""
+    for lazy in main.BloomGroup.lazy:
+        loaded = lazy.load()
+        assert loaded.name == lazy.name
+        assert (loaded.help or "").split("\n\n")[0] == lazy.help, lazy.name
+
+
+def test_a_hidden_alias_runs_its_command() -> None:
+    result = CliRunner().invoke(main.app, ["artifacts", "--help"])
+    assert result.exit_code == 0
+    assert "migrate" in result.stdout
