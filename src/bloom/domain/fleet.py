@@ -13,6 +13,9 @@ from typing import Any
 from bloom.domain.models import DEFAULT_CAPABILITIES, Worker
 from bloom.domain.states import WorkerStatus
 
+AGENT_KEY_HEADER = "X-MEMBRIDGE-AGENT"
+"""The header a node agent's key travels in, to the agent and from it (the reference's name)."""
+
 WORKER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 """A worker's name, which is its id in the runtime and its agent name in Membridge: URL-safe."""
 WORKER_ID = re.compile(WORKER_NAME)

@@ -31,6 +31,7 @@ from starlette.routing import Route
 
 from bloom import __version__
 from bloom.clients.wire import Grant
+from bloom.domain.fleet import AGENT_KEY_HEADER
 from bloom.domain.ids import canonical_id
 from bloom.domain.memory import ExitCode, Report
 from bloom.memory.actions import Action, perform
@@ -38,7 +39,7 @@ from bloom.memory.settings import MemorySettings
 from bloom.web.settings import SettingsError
 from bloom.worker.settings import WorkerSettings
 
-KEY_HEADER = "x-membridge-agent"
+KEY_HEADER = AGENT_KEY_HEADER.lower()
 PROCESS_CONTROL = "Process control is disabled: this BLOOM worker is run by its service manager."
 
 

@@ -11,10 +11,10 @@ import httpx
 
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway, NotFound
+from bloom.domain.fleet import AGENT_KEY_HEADER
 from bloom.membridge.models import Agent, Job
 from bloom.membridge.storage.repositories import MembridgeDatabase
 
-AGENT_KEY_HEADER = "X-MEMBRIDGE-AGENT"
 ACTIONS = ("pull", "push")
 
 

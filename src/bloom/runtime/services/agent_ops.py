@@ -15,11 +15,11 @@ import orjson
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway, Invalid, NotFound
+from bloom.domain.fleet import AGENT_KEY_HEADER
 from bloom.domain.models import Worker
 from bloom.domain.states import WorkerStatus
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
-AGENT_KEY_HEADER = "X-MEMBRIDGE-AGENT"
 DEFAULT_REPO_URL = "https://github.com/maxfraieho/membridge.git"
 """Where the reference agent updates itself from, unless the request names another."""
 

@@ -26,9 +26,10 @@ import structlog
 from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway
+from bloom.domain.fleet import AGENT_KEY_HEADER
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, TaskStatus
-from bloom.runtime.services.agent_ops import AGENT_KEY_HEADER, said
+from bloom.runtime.services.agent_ops import said
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.reaping import release_task_of_lost_lease
 from bloom.runtime.services.signals import QueueSignal
