@@ -150,7 +150,6 @@ class QueueListener:
             self._on_notify()
             if self._on_events is not None:
                 self._on_events(None)
-            log.debug("queue_listener_connected")
             await _first_of(lost.wait(), self._stopping.wait())
         finally:
             if not conn.is_closed():
