@@ -24,7 +24,7 @@ class BloomGroup(LazyGroup):
         LazyCommand(
             "up",
             "bloom.cli.up:up",
-            "Start the local stack: Membridge, the runtime and a worker (and the echo model with\n"
+            "Start the local stack: Membridge, the runtime and a worker (and the echo model with "
             "--demo-model), on SQLite under BLOOM_DATA_DIR (./.bloom). Ctrl-C stops it all.",
         ),
         LazyCommand(
