@@ -55,7 +55,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        container = build_container(settings, clock)
+        container = build_container(settings, clock, serving=True)
         app.state.container = container
         runner = LoopRunner(container.loops)
         runner.start()

@@ -142,14 +142,19 @@ def login_policy(settings: RuntimeSettings) -> LoginPolicy:
     )
 
 
-def build_container(settings: RuntimeSettings, clock: Clock = system_clock) -> Container:
+def build_container(
+    settings: RuntimeSettings, clock: Clock = system_clock, *, serving: bool = False
+) -> Container:
+    """Everything the runtime is made of. `serving`: for the server itself, which renews the
+    active leases at start and after a database outage (`renew_after_outage`); a command that
+    only reads or administers (`bloom audit export`, `bloom key …`) must not."""
     db = Database(
         resolve_database(settings.database_url, settings.data_dir),
         Repositories,
         pool_size=settings.db_pool_size,
         sqlite_synchronous=settings.sqlite_synchronous,
         committed=log_state_changes,
-        recovery=[lambda tx: renew_after_outage(tx, clock())],
+        recovery=[lambda tx: renew_after_outage(tx, clock())] if serving else [],
     )
     is_postgres = db.kind is StorageKind.POSTGRESQL
     signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
