@@ -7,6 +7,7 @@ may own the task by now.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -268,7 +269,9 @@ class TaskRun:
             return None
 
     async def _report(self, outcome: Outcome, deadline_sec: float | None = None) -> None:
-        """Complete the attempt, retrying with backoff until the runtime answers or the deadline."""
+        """Complete the attempt, retrying with backoff until the runtime answers or the deadline.
+        The lease is renewed meanwhile: a complete refused for a while (the artifact store or
+        the database down: 503) must not cost the task its lease, or it would run again."""
         finished = {
             "status": "success" if outcome.success else "error",
             "error_code": str(outcome.error_code) if outcome.error_code else None,
@@ -283,6 +286,13 @@ class TaskRun:
         except LeaseLost as exc:
             self.log.warning("lease_lost_before_complete", reason=str(exc))
             return
+        renewing = asyncio.create_task(self._renew_until_reported())
+        try:
+            await self._complete(outcome, deadline_sec)
+        finally:
+            renewing.cancel()
+
+    async def _complete(self, outcome: Outcome, deadline_sec: float | None) -> None:
         request = outcome.completion(self.lease.id, self.settings.name)
         deadline = time.monotonic() + (deadline_sec or self.settings.complete_deadline_sec)
         attempt = 0
@@ -304,3 +314,11 @@ class TaskRun:
                 return
             self.log.warning("complete_retry", error=error, attempt=attempt)
             await asyncio.sleep(pause)
+
+    async def _renew_until_reported(self) -> None:
+        """Heartbeat every `heartbeat_sec` until cancelled (the complete answered), or until the
+        runtime refuses the lease (the complete will hear the same)."""
+        with contextlib.suppress(LeaseLost):
+            while True:
+                await asyncio.sleep(self.settings.heartbeat_sec)
+                await self._heartbeat()
