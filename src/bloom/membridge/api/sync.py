@@ -12,14 +12,7 @@ router = APIRouter(prefix="/sync", tags=["sync"])
 async def _sync(action: str, body: SyncBody, sync: Sync) -> SyncReply:
     request_id = structlog.contextvars.get_contextvars().get("request_id")
     outcome = await sync.sync(action, body.project, body.agent, request_id)
-    return SyncReply(
-        ok=outcome.ok,
-        project=outcome.project,
-        agent=outcome.agent,
-        canonical_id=outcome.canonical_id,
-        detail=outcome.detail,
-        job_id=outcome.job_id,
-    )
+    return SyncReply.model_validate(outcome, from_attributes=True)
 
 
 @router.post(
