@@ -14,9 +14,15 @@ $(BOOTSTRAP)/bin/uv:
 	python3 -m venv $(BOOTSTRAP)
 	$(BOOTSTRAP)/bin/pip install --quiet uv
 
+# Bytecode is compiled ahead: every test starts dozens of server processes, and where
+# PYTHONDONTWRITEBYTECODE is set (as on our CI machines) each would otherwise compile every module
+# it imports from source again (measured: 5 s instead of 2 s to import the runtime's app).
 .venv/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --quiet
+	$(UV) sync --frozen --quiet --compile-bytecode
 	@touch $@
+
+bytecode: install
+	@$(RUN) python -m compileall -q src
 
 install: .venv/.synced ## Create .venv with the locked dependencies
 
@@ -26,10 +32,10 @@ run: install ## Start BLOOM locally: `bloom up` (Membridge, runtime, a worker) u
 demo: install ## The same with the echo model standing in for Claude's API: no key needed
 	$(RUN) bloom up --demo-model
 
-test: install claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
+test: install bytecode claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
 	$(RUN) pytest --cov --cov-report=term:skip-covered
 
-test-fast: install ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
+test-fast: install bytecode ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
 	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude and not s3"
 
 claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched into .cache/claude-cli with npm
@@ -55,4 +61,4 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 clean: ## Remove local state and caches (not .venv)
 	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage
 
-.PHONY: help install run demo test test-fast claude-cli lint typecheck arch check bench clean
+.PHONY: help install bytecode run demo test test-fast claude-cli lint typecheck arch check bench clean

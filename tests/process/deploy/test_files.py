@@ -295,7 +295,9 @@ def test_logrotate_dry_run_of_the_shipped_config(rendered: dict[str, Path], tmp_
 
 def test_logrotate_rotates_under_a_live_writer_without_a_restart(tmp_path: Path) -> None:
     """copytruncate: the service keeps its file open (appending, as supervise-daemon and systemd
-    open it); after the rotation its next lines start the emptied file, nothing is lost."""
+    open it); after the rotation its next lines start the emptied file. The one loss copytruncate
+    allows is the lines written between its copy and its truncation: a single gap at the rotation
+    point (how long it is depends on the scheduler, so the test holds its shape, not its length)."""
     logrotate = tool("logrotate")
     host = host_for(tmp_path)
     logs = Path(host.log_dir)
@@ -329,10 +331,11 @@ def test_logrotate_rotates_under_a_live_writer_without_a_restart(tmp_path: Path)
     assert before[0] == 0
     assert after[-1] == written - 1  # the same writer, never restarted, still writing here
     assert len(after) > 10
-    lines = before + after
-    assert lines == sorted(set(lines))  # in order, nothing doubled or torn
-    lost = written - len(lines)  # only what the writer wrote between the copy and the truncation
-    assert lost <= written // 10, f"{lost} of {written} lines lost between copy and truncation"
+    # In order, nothing doubled or torn, and each file whole: the copy holds every line up to the
+    # rotation, the emptied file every line after the gap.
+    assert before == list(range(len(before)))
+    assert after == list(range(after[0], written))
+    assert after[0] >= len(before)
 
 
 WRITER = """
