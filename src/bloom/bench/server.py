@@ -49,6 +49,13 @@ class OwnServer:
             raise
         return endpoint
 
+    @property
+    def pid(self) -> int:
+        """The server's process (the parent of its workers with `server_workers` above 1)."""
+        if self.process is None:
+            raise ServerError("the runtime server is not running")
+        return self.process.pid
+
     def _spawn(self) -> None:
         env = {k: v for k, v in os.environ.items() if k not in INHERITED_OUT}
         env |= {

@@ -5,7 +5,7 @@ import signal
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 import typer
@@ -14,12 +14,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from bloom.bench import dashboard as dashboard_mode
+from bloom.bench import soak as soak_mode
 from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
 from bloom.bench.server import ServerError
 from bloom.db.database import DatabaseUrlError
 from bloom.runtime.storage import bulk
+
+T = TypeVar("T")
 
 
 def _depths(value: str | None) -> list[int]:
@@ -84,6 +87,21 @@ def bench(
     runs: Annotated[
         int, typer.Option(min=1, help="Dashboard mode: timed calls of each read.")
     ] = 30,
+    soak: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Soak mode: run full cycles at --rate for this many seconds against a server of "
+            "the bench's own, sampling its memory, descriptors and database every --sample-every "
+            "seconds, instead of measuring throughput.",
+        ),
+    ] = None,
+    rate: Annotated[
+        float, typer.Option(min=0.1, help="Soak mode: full cycles per second, the whole fleet's.")
+    ] = 20.0,
+    sample_every: Annotated[
+        float, typer.Option(min=0.5, help="Soak mode: seconds between samples.")
+    ] = 60.0,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -98,6 +116,8 @@ def bench(
 
     Dashboard mode (--dashboard 100000): the dashboard's reads at that many tasks.
 
+    Soak mode (--soak 3600 --rate 20): a steady load for an hour; does anything grow?
+
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
 
     See docs/benchmarks.md.
@@ -107,6 +127,14 @@ def bench(
         if url or depth:
             raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
         _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
+        return
+    if soak is not None:
+        if url or depth:
+            raise typer.BadParameter("--soak starts a server of its own: no --url, no --depth")
+        soak_options = soak_mode.SoakOptions(
+            soak, rate, workers, sample_every, database_url, server_workers
+        )
+        _soak(soak_options, err, json_output)
         return
     options = BenchOptions(
         workers=workers,
@@ -165,6 +193,36 @@ def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_outp
         dashboard_mode.render(report, Console())
 
 
+def _soak(options: soak_mode.SoakOptions, err: Console, json_output: bool) -> None:
+    """Soak mode: each sample a line on standard error as it is taken, the trends at the end."""
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            report = runner.run(
+                _until_terminated(
+                    soak_mode.run_soak(
+                        options,
+                        lambda s: err.print(
+                            soak_mode.sample_line(s), highlight=False, soft_wrap=True
+                        ),
+                    )
+                )
+            )
+    except (soak_mode.SoakUsageError, DatabaseUrlError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except (ServerError, HttpClientError, RuntimeError) as exc:
+        err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err.print("bench interrupted; its server was stopped")
+        raise typer.Exit(130) from None
+    if json_output:
+        typer.echo(orjson.dumps(soak_mode.as_json(report), option=orjson.OPT_INDENT_2).decode())
+    else:
+        soak_mode.render(report, Console())
+    if report.errors:
+        raise typer.Exit(1)
+
+
 def _run(options: BenchOptions, progress: Progress) -> BenchResult:
     def on_fill(depth: int, _total: int) -> bulk.Progress:
         task = progress.add_task(f"filling queue to {depth:,}", total=None)
@@ -182,7 +240,7 @@ def _run(options: BenchOptions, progress: Progress) -> BenchResult:
         return runner.run(_until_terminated(run_bench(options)))
 
 
-async def _until_terminated(bench: Coroutine[Any, Any, BenchResult]) -> BenchResult:
+async def _until_terminated(bench: Coroutine[Any, Any, T]) -> T:
     """Run `bench`; SIGTERM cancels it like Ctrl-C does, so its server is stopped too."""
     task = asyncio.ensure_future(bench)
     loop = asyncio.get_running_loop()
