@@ -36,6 +36,12 @@ class BloomGroup(LazyGroup):
         LazyCommand("memory", "bloom.cli.memory:app", MEMORY_HELP),
         LazyCommand("task", "bloom.cli.task:app", "Queue LLM tasks and follow them."),
         LazyCommand(
+            "mcp",
+            "bloom.cli.mcp:mcp",
+            "Serve the fleet's tools to a Claude session over MCP (stdio): "
+            "claude mcp add bloom -- bloom mcp",
+        ),
+        LazyCommand(
             "worker", "bloom.cli.worker:app", "Workers: run one here, or list the runtime's."
         ),
         LazyCommand("artifact", "bloom.cli.artifact:app", ARTIFACT_HELP),

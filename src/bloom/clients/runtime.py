@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from bloom.clients.fields import Parser, WireError, parse_body, parse_list
+from bloom.clients.fields import Fields, Parser, WireError, parse_body, parse_list
 from bloom.clients.wire import (
     ArtifactInfo,
+    CallerInfo,
     CompleteReply,
     CompleteRequest,
     EventsAccepted,
@@ -185,6 +186,13 @@ class RuntimeClient:
     async def health(self) -> Health:
         return await self._parsed(Health.from_json, "GET", "/health")
 
+    async def whoami(self) -> CallerInfo:
+        return await self._parsed(CallerInfo.from_json, "GET", "/session")
+
+    async def stats(self) -> Mapping[str, Any]:
+        """The seed's counts: `tasks` by status (and `total`), `leases`, `workers`."""
+        return await self._parsed(lambda data, where: Fields(data, where).data, "GET", "/stats")
+
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 
@@ -205,6 +213,9 @@ class RuntimeClient:
     async def artifacts(self, task_id: str) -> list[ArtifactInfo]:
         artifacts = _list_of(ArtifactInfo.from_json)
         return await self._parsed(artifacts, "GET", "/artifacts", params={"task_id": task_id})
+
+    async def artifact(self, artifact_id: str) -> ArtifactInfo:
+        return await self._parsed(ArtifactInfo.from_json, "GET", f"/artifacts/{artifact_id}")
 
     async def artifact_content(self, artifact_id: str) -> str:
         return (await self._call("GET", f"/artifacts/{artifact_id}/content")).text

@@ -308,6 +308,25 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CallerInfo:
+    """Who the runtime takes the caller for (`GET /session`): its role, None when anonymous
+    with keys required."""
+
+    authenticated: bool
+    kind: str
+    role: str | None
+
+    @classmethod
+    def from_json(cls, data: Raw, where: str = "") -> Self:
+        fields = Fields(data, where)
+        return cls(
+            authenticated=fields.flag("authenticated", False),
+            kind=fields.text("kind"),
+            role=fields.optional_text("role"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Health:
     """The runtime's health: `ok`, which service, which version."""
 

@@ -1,0 +1,225 @@
+"""What the MCP tools do, over the runtime's typed client: each call one or two API calls, its
+answer a small JSON-able object a model reads well. No secret is ever part of an answer (the
+runtime masks them; nothing here reads keys)."""
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bloom.clients.runtime import RuntimeClient, RuntimeUnreachable, TaskEvent
+from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo
+from bloom.domain.states import TERMINAL, WorkerStatus
+
+INLINE_CHARS = 20_000
+"""An artifact up to this long comes back inline; a longer one as a link to its resource."""
+MAX_WAIT_SEC = 3_600
+POLL_SEC = 1.0
+PROGRESS_CHARS = 400
+"""Live output is passed on as progress messages, each cut to this length."""
+
+Progress = Callable[[float, str], Awaitable[None]]
+"""Told (how many events so far, a line saying what happened)."""
+
+
+def task_view(task: TaskInfo) -> dict[str, Any]:
+    """A task as a model needs it: what, where, how far, and why it stopped."""
+    view: dict[str, Any] = {
+        "id": task.id,
+        "status": str(task.status),
+        "context_id": task.context_id,
+        "agent_slug": task.agent_slug,
+        "prompt": task.prompt if len(task.prompt) <= 500 else task.prompt[:500] + "…",
+        "priority": task.priority,
+        "attempts": task.attempts,
+        "max_attempts": task.max_attempts,
+        "worker_id": task.worker_id,
+        "created_at": task.created_at,
+        "updated_at": task.updated_at,
+    }
+    if task.last_error:
+        view["last_error"] = task.last_error
+    if task.cancel_requested:
+        view["cancel_requested"] = True
+    return view
+
+
+def artifact_uri(artifact_id: str) -> str:
+    return f"bloom://artifacts/{artifact_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A task's answer: its text when short enough, else where to read it."""
+
+    artifact: ArtifactInfo
+    text: str | None
+    size: int
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"artifact_id": self.artifact.id, "type": self.artifact.type}
+        if self.text is not None:
+            return out | {"output": self.text}
+        return out | {"output_uri": artifact_uri(self.artifact.id), "output_chars": self.size}
+
+
+class Fleet:
+    """The runtime as the MCP tools see it."""
+
+    def __init__(self, client: RuntimeClient):
+        self.client = client
+
+    async def submit(
+        self,
+        prompt: str,
+        *,
+        context_id: str | None,
+        agent_slug: str,
+        priority: int | None,
+        timeout_sec: int | None,
+        budget_usd: float | None,
+        idempotency_key: str | None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": prompt,
+            "context_id": context_id or f"mcp-{uuid.uuid4().hex[:12]}",
+            "agent_slug": agent_slug,
+        }
+        policy = {
+            name: value
+            for name, value in (("timeout_sec", timeout_sec), ("budget", budget_usd))
+            if value is not None
+        }
+        if policy:
+            body["policy"] = policy
+        if priority is not None:
+            body["priority"] = priority
+        if idempotency_key:
+            body["idempotency_key"] = idempotency_key
+        return task_view(await self.client.create_task(body))
+
+    async def task(self, task_id: str) -> dict[str, Any]:
+        task = await self.client.get_task(task_id)
+        view = task_view(task)
+        if task.status in TERMINAL:
+            output = await self.output(task_id)
+            if output is not None:
+                view |= output.as_json()
+        return view
+
+    async def tasks(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        return [task_view(t) for t in await self.client.list_tasks(status=status, limit=limit)]
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        return task_view(await self.client.cancel_task(task_id))
+
+    async def output(self, task_id: str) -> Output | None:
+        """The task's newest artifact, inline when short."""
+        artifacts = await self.client.artifacts(task_id)
+        if not artifacts:
+            return None
+        return await self.artifact(artifacts[0])
+
+    async def artifact(self, artifact: ArtifactInfo) -> Output:
+        text = await self.client.artifact_content(artifact.id)
+        return Output(artifact, text if len(text) <= INLINE_CHARS else None, len(text))
+
+    async def artifact_by_id(self, artifact_id: str) -> Output:
+        return await self.artifact(await self.client.artifact(artifact_id))
+
+    async def wait(self, task_id: str, timeout_sec: float, progress: Progress) -> dict[str, Any]:
+        """Follow the task's live output (as progress) until it ends or `timeout_sec` passes;
+        the task then, with its output once it has ended."""
+        budget = min(timeout_sec, MAX_WAIT_SEC)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(budget):
+                await self._follow(task_id, progress, time.monotonic() + budget)
+        view = await self.task(task_id)
+        view["done"] = view["status"] in {str(s) for s in TERMINAL}
+        if not view["done"]:
+            view["note"] = "still in progress: call wait_task again to keep waiting"
+        return view
+
+    async def _follow(self, task_id: str, progress: Progress, deadline: float) -> None:
+        seen = 0
+        try:
+            async for event in self.client.events(task_id):
+                seen += 1
+                line = describe(event)
+                if line:
+                    await progress(seen, line)
+                if event.type == "end":
+                    return
+        except RuntimeUnreachable:
+            pass  # the stream broke: polling tells when the task has ended
+        while time.monotonic() < deadline:
+            if (await self.client.get_task(task_id)).status in TERMINAL:
+                return
+            await asyncio.sleep(POLL_SEC)
+
+    async def workers(self) -> list[dict[str, Any]]:
+        return [worker_view(w) for w in await self.client.list_workers()]
+
+    async def status(self) -> dict[str, Any]:
+        stats = await self.client.stats()
+        workers = await self.client.list_workers()
+        online = [w for w in workers if w.status is WorkerStatus.ONLINE]
+        counts = stats.get("tasks")
+        tasks: dict[str, Any] = dict(counts) if isinstance(counts, dict) else {}
+        return {
+            "queued": tasks.get("queued", 0),
+            "in_flight": tasks.get("leased", 0) + tasks.get("running", 0),
+            "tasks_by_status": tasks,
+            "workers_online": len(online),
+            "workers_total": len(workers),
+            "free_slots": sum(free_slots(w) for w in online),
+        }
+
+
+def worker_view(worker: WorkerInfo) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "id": worker.id,
+        "status": str(worker.status),
+        "active_leases": worker.active_leases,
+        "max_concurrency": max_concurrency(worker),
+        "last_heartbeat": worker.last_heartbeat,
+    }
+    if worker.labels:
+        view["labels"] = list(worker.labels)
+    if worker.paused_until:
+        view["paused_until"] = worker.paused_until
+    return view
+
+
+def max_concurrency(worker: WorkerInfo) -> int:
+    value = worker.capabilities.get("max_concurrency", 1)
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def free_slots(worker: WorkerInfo) -> int:
+    return max(0, max_concurrency(worker) - worker.active_leases)
+
+
+def describe(event: TaskEvent) -> str | None:
+    """One event of a task's stream as a progress line, or None for what says nothing."""
+    data = event.data if isinstance(event.data, dict) else {}
+    if event.type == "started":
+        return f"started on {data.get('worker_id') or '?'}, attempt {data.get('attempt') or '?'}"
+    if event.type == "finished":
+        return f"run finished: {data.get('status') or '?'}"
+    if event.type == "end":
+        return f"task {data.get('status') or 'ended'}"
+    if event.type == "claude" and data.get("type") == "assistant":
+        message = data.get("message")
+        blocks = message.get("content") if isinstance(message, dict) else None
+        texts = [
+            str(b.get("text", "")).strip()
+            for b in (blocks if isinstance(blocks, list) else [])
+            if isinstance(b, dict) and b.get("type") == "text"
+        ]
+        text = " ".join(t for t in texts if t)
+        return text[:PROGRESS_CHARS] if text else None
+    return None

@@ -1,0 +1,189 @@
+"""`bloom mcp` as a Claude session meets it: the SDK's own client launches it over stdio against a
+real keyed runtime and a worker running the Claude CLI (echo model). Tools listed, a task
+submitted, waited for with its live output as progress, its answer read as a tool result and as
+a resource, a task cancelled, refusals as tool errors, a viewer key offered the read tools only."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.types import CallToolResult, ResourceLink, TextContent
+
+from tests.support.databases import fresh_sqlite_url
+from tests.support.stack import Stack
+
+ADMIN_KEY = "mcp-admin-key-0123456789abcdef"
+BLOOM = [sys.executable, "-m", "bloom.cli.main"]
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory, claude: Path
+) -> Iterator[Stack]:
+    """One keyed stack (SQLite) with one worker, shared by this module's tests."""
+    data_dir = tmp_path_factory.mktemp("mcp")
+    built = Stack(fresh_sqlite_url(sqlite_template, data_dir), data_dir, claude, ADMIN_KEY)
+    try:
+        built.start()
+        built.add_worker("w1")
+        yield built
+    finally:
+        built.close()
+
+
+def bloom_mcp(url: str, key: str) -> Client:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    env |= {"BLOOM_RUNTIME_URL": url, "BLOOM_API_KEY": key}
+    return Client(StdioServerParameters(command=BLOOM[0], args=[*BLOOM[1:], "mcp"], env=env))
+
+
+def viewer_key(stack: Stack) -> str:
+    made = subprocess.run(
+        [*BLOOM, "key", "create", "--role", "viewer"],
+        env={
+            **os.environ,
+            "DATABASE_URL": stack.database_url,
+            "BLOOM_DATA_DIR": str(stack.data_dir),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return made.stdout.strip()
+
+
+def structured(result: CallToolResult) -> Any:
+    assert not result.is_error, result.content
+    content = result.structured_content
+    assert content is not None
+    return content.get("result", content)  # a list comes wrapped as {"result": [...]}
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.is_error
+    return " ".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def test_a_session_queues_waits_reads_and_cancels(keyed: Stack) -> None:
+    async with bloom_mcp(keyed.runtime.url, ADMIN_KEY) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(tools) == {
+            "submit_task",
+            "get_task",
+            "list_tasks",
+            "wait_task",
+            "cancel_task",
+            "get_artifact",
+            "list_workers",
+            "fleet_status",
+        }
+        assert tools["submit_task"].description
+        assert "prompt" in tools["submit_task"].input_schema["required"]
+        assert tools["get_task"].annotations is not None
+        assert tools["get_task"].annotations.read_only_hint is True
+
+        submitted = structured(
+            await client.call_tool("submit_task", {"prompt": "hello from mcp", "agent_slug": "p1"})
+        )
+        assert submitted["status"] == "queued"
+        assert submitted["agent_slug"] == "p1"
+
+        lines: list[str] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            lines.append(message or "")
+
+        done = structured(
+            await client.call_tool(
+                "wait_task",
+                {"task_id": submitted["id"], "timeout_sec": 60},
+                progress_callback=on_progress,
+            )
+        )
+        assert done["done"] is True
+        assert done["status"] == "completed"
+        assert done["output"] == "echo: hello from mcp"
+        assert any(line.startswith("started on w1") for line in lines), lines
+        assert any("echo: hello from mcp" in line for line in lines), lines
+
+        artifact = await client.call_tool("get_artifact", {"task_id": submitted["id"]})
+        assert not artifact.is_error
+        assert [c.text for c in artifact.content if isinstance(c, TextContent)] == [
+            "echo: hello from mcp"
+        ]
+        read = await client.read_resource(f"bloom://artifacts/{done['artifact_id']}")
+        assert [getattr(c, "text", None) for c in read.contents] == ["echo: hello from mcp"]
+
+        listed = structured(await client.call_tool("list_tasks", {"status": "completed"}))
+        assert submitted["id"] in [t["id"] for t in listed]
+        workers = structured(await client.call_tool("list_workers", {}))
+        assert [(w["id"], w["status"], w["max_concurrency"]) for w in workers] == [
+            ("w1", "online", 1)
+        ]
+        status = structured(await client.call_tool("fleet_status", {}))
+        assert (status["workers_online"], status["workers_total"]) == (1, 1)
+        assert status["free_slots"] + status["in_flight"] == 1
+
+        long = structured(await client.call_tool("submit_task", {"prompt": "wait [[sleep 30]]"}))
+        cancelled = structured(await client.call_tool("cancel_task", {"task_id": long["id"]}))
+        assert cancelled["id"] == long["id"]
+        ended = structured(
+            await client.call_tool("wait_task", {"task_id": long["id"], "timeout_sec": 30})
+        )
+        assert ended["status"] == "cancelled"
+
+        missing = await client.call_tool("get_task", {"task_id": "no-such-task"})
+        assert "404" in error_text(missing)
+        refused = await client.call_tool("cancel_task", {"task_id": submitted["id"]})
+        assert "409" in error_text(refused)  # an ended task, in the runtime's words
+        bad = await client.call_tool("submit_task", {"prompt": ""})
+        assert bad.is_error
+        # the server is still there after every refusal
+        assert structured(await client.call_tool("get_task", {"task_id": submitted["id"]}))
+
+
+async def test_a_large_answer_comes_as_a_resource_link(keyed: Stack) -> None:
+    task_id = keyed.submit("x" * 25_000)
+    assert keyed.wait(task_id)["status"] == "completed"
+    async with bloom_mcp(keyed.runtime.url, ADMIN_KEY) as client:
+        got = await client.call_tool("get_artifact", {"task_id": task_id})
+        assert not got.is_error
+        (link,) = got.content
+        assert isinstance(link, ResourceLink)
+        read = await client.read_resource(str(link.uri))
+        assert getattr(read.contents[0], "text", "") == "echo: " + "x" * 25_000
+        view = structured(await client.call_tool("get_task", {"task_id": task_id}))
+        assert view["output_uri"] == str(link.uri)
+        assert "output" not in view
+
+
+async def test_a_viewer_key_gets_the_read_tools_only(keyed: Stack) -> None:
+    task_id = keyed.submit("seen by a viewer")
+    keyed.wait(task_id)
+    async with bloom_mcp(keyed.runtime.url, viewer_key(keyed)) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert "submit_task" not in names
+        assert "cancel_task" not in names
+        assert {"get_task", "wait_task", "get_artifact", "fleet_status"} <= names
+        view = structured(await client.call_tool("get_task", {"task_id": task_id}))
+        assert view["output"] == "echo: seen by a viewer"
+        assert "may only read" in (client.instructions or "")
+
+
+async def test_an_unreachable_runtime_is_a_tool_error_not_a_crash(keyed: Stack) -> None:
+    async with bloom_mcp("http://127.0.0.1:9", ADMIN_KEY) as client:
+        failed = await client.call_tool("fleet_status", {})
+        assert "cannot reach the runtime at http://127.0.0.1:9" in error_text(failed)
+        again = await client.call_tool("list_workers", {})
+        assert again.is_error
+    async with bloom_mcp(keyed.runtime.url, "wrong-key") as client:
+        denied = await client.call_tool("list_tasks", {})
+        assert "401" in error_text(denied)
+        assert ADMIN_KEY not in error_text(denied)
