@@ -4,7 +4,6 @@ submitted, waited for with its live output as progress, its answer read as a too
 a resource, a task cancelled, refusals as tool errors, a viewer key offered the read tools only."""
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,22 +40,6 @@ def bloom_mcp(url: str, key: str) -> Client:
     env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
     env |= {"BLOOM_RUNTIME_URL": url, "BLOOM_API_KEY": key}
     return Client(StdioServerParameters(command=BLOOM[0], args=[*BLOOM[1:], "mcp"], env=env))
-
-
-def viewer_key(stack: Stack) -> str:
-    made = subprocess.run(
-        [*BLOOM, "key", "create", "--role", "viewer"],
-        env={
-            **os.environ,
-            "DATABASE_URL": stack.database_url,
-            "BLOOM_DATA_DIR": str(stack.data_dir),
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return made.stdout.strip()
 
 
 def structured(result: CallToolResult) -> Any:
@@ -167,7 +150,7 @@ async def test_a_large_answer_comes_as_a_resource_link(keyed: Stack) -> None:
 async def test_a_viewer_key_gets_the_read_tools_only(keyed: Stack) -> None:
     task_id = keyed.submit("seen by a viewer")
     keyed.wait(task_id)
-    async with bloom_mcp(keyed.runtime.url, viewer_key(keyed)) as client:
+    async with bloom_mcp(keyed.runtime.url, keyed.make_key("viewer")) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert "submit_task" not in names
         assert "cancel_task" not in names

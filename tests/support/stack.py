@@ -62,18 +62,12 @@ class Stack:
 
     def worker_key(self, name: str) -> str:
         """A worker key for `name`, made as an operator would."""
+        return self.make_key("worker", "--worker", name)
+
+    def make_key(self, role: str, *options: str) -> str:
+        """A key of `role` made with `bloom key create`, as an operator would."""
         made = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "bloom.cli.main",
-                "key",
-                "create",
-                "--role",
-                "worker",
-                "--worker",
-                name,
-            ],
+            [sys.executable, "-m", "bloom.cli.main", "key", "create", "--role", role, *options],
             env={
                 **os.environ,
                 "DATABASE_URL": self.database_url,

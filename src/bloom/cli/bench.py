@@ -148,19 +148,11 @@ def bench(
         claims=claims,
     )
     try:
-        with _progress(err, options) as status:
+        with _progress(err, options) as status, _failures(err):
             result = _run(options, status)
     except bulk.QueueTooDeep as exc:
         err.print(f"[bold red]bench failed:[/] {exc}; use an empty database", highlight=False)
         raise typer.Exit(1) from None
-    except (BenchUsageError, DatabaseUrlError) as exc:
-        raise typer.BadParameter(str(exc)) from None
-    except (ServerError, HttpClientError, RuntimeError) as exc:
-        err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err.print("bench interrupted; its server, if any, was stopped")
-        raise typer.Exit(130) from None
     if json_output:
         typer.echo(orjson.dumps(as_json(result), option=orjson.OPT_INDENT_2).decode())
     else:
@@ -195,32 +187,33 @@ def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_outp
 
 def _soak(options: soak_mode.SoakOptions, err: Console, json_output: bool) -> None:
     """Soak mode: each sample a line on standard error as it is taken, the trends at the end."""
-    try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            report = runner.run(
-                _until_terminated(
-                    soak_mode.run_soak(
-                        options,
-                        lambda s: err.print(
-                            soak_mode.sample_line(s), highlight=False, soft_wrap=True
-                        ),
-                    )
-                )
-            )
-    except (soak_mode.SoakUsageError, DatabaseUrlError) as exc:
-        raise typer.BadParameter(str(exc)) from None
-    except (ServerError, HttpClientError, RuntimeError) as exc:
-        err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)
-        raise typer.Exit(1) from None
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        err.print("bench interrupted; its server was stopped")
-        raise typer.Exit(130) from None
+
+    def show(sample: soak_mode.Sample) -> None:
+        err.print(soak_mode.sample_line(sample), highlight=False, soft_wrap=True)
+
+    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report = runner.run(_until_terminated(soak_mode.run_soak(options, show)))
     if json_output:
         typer.echo(orjson.dumps(soak_mode.as_json(report), option=orjson.OPT_INDENT_2).decode())
     else:
         soak_mode.render(report, Console())
     if report.errors:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _failures(err: Console) -> Iterator[None]:
+    """A server-starting mode's failures as exits: usage 2, failed 1, interrupted 130."""
+    try:
+        yield
+    except (BenchUsageError, soak_mode.SoakUsageError, DatabaseUrlError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except (ServerError, HttpClientError, RuntimeError) as exc:
+        err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        err.print("bench interrupted; its server, if any, was stopped")
+        raise typer.Exit(130) from None
 
 
 def _run(options: BenchOptions, progress: Progress) -> BenchResult:
