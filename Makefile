@@ -32,8 +32,10 @@ run: install ## Start BLOOM locally: `bloom up` (Membridge, runtime, a worker) u
 demo: install ## The same with the echo model standing in for Claude's API: no key needed
 	$(RUN) bloom up --demo-model
 
+# Two test processes (pytest-xdist), each file kept whole in one: most tests wait on servers,
+# not on the CPU. Each process starts its own PostgreSQL cluster and S3 server.
 test: install bytecode claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
-	$(RUN) pytest --cov --cov-report=term:skip-covered
+	$(RUN) pytest -n 2 --dist loadfile --cov --cov-report=term:skip-covered
 
 test-fast: install bytecode ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
 	$(RUN) pytest -q tests/unit tests/integration -m "not postgres and not process and not claude and not s3"
