@@ -3,7 +3,9 @@ real keyed runtime and a worker running the Claude CLI (echo model). Tools liste
 submitted, waited for with its live output as progress, its answer read as a tool result and as
 a resource, a task cancelled, refusals as tool errors, a viewer key offered the read tools only."""
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,3 +172,65 @@ async def test_an_unreachable_runtime_is_a_tool_error_not_a_crash(keyed: Stack) 
         denied = await client.call_tool("list_tasks", {})
         assert "401" in error_text(denied)
         assert ADMIN_KEY not in error_text(denied)
+
+
+def test_a_real_claude_session_queues_work_on_the_fleet(
+    keyed: Stack, claude: Path, tmp_path: Path
+) -> None:
+    """The real `claude -p` with `--mcp-config` naming `bloom mcp`: its (scripted) model asks
+    for submit_task and then wait_task on the task it got; the task runs on the fleet's worker,
+    and its answer comes back into the session's own answer."""
+    config = {
+        "mcpServers": {
+            "bloom": {
+                "command": BLOOM[0],
+                "args": [*BLOOM[1:], "mcp"],
+                "env": {"BLOOM_RUNTIME_URL": keyed.runtime.url, "BLOOM_API_KEY": ADMIN_KEY},
+            }
+        }
+    }
+    prompt = (
+        'queue it [[tool mcp__bloom__submit_task {"prompt": "from a claude session"}]] '
+        '[[tool mcp__bloom__wait_task {"task_id": "$id"}]]'
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    env |= {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": keyed.model.url,
+        "ANTHROPIC_API_KEY": "test-model-key",
+    }
+    done = subprocess.run(
+        [
+            str(claude),
+            "--bare",
+            "-p",
+            "--output-format",
+            "json",
+            "--mcp-config",
+            json.dumps(config),
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__bloom__submit_task,mcp__bloom__wait_task",
+        ],
+        input=prompt,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["is_error"] is False, answer
+    queued = [
+        t for t in keyed.http.get("/llm-tasks").json() if t["prompt"] == "from a claude session"
+    ]
+    assert len(queued) == 1
+    assert queued[0]["status"] == "completed"
+    assert queued[0]["worker_id"] == "w1"
+    result = answer["result"]
+    assert queued[0]["id"] in result
+    assert "echo: from a claude session" in result  # the fleet's answer, in the session's

@@ -12,7 +12,7 @@ from bloom.domain.retry import ErrorCode
 from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
 from bloom.worker.conversations import ConversationBook
-from bloom.worker.echo_model import Script
+from bloom.worker.echo_model import Script, next_tool_call
 from bloom.worker.outcome import (
     Outcome,
     RunReport,
@@ -360,3 +360,18 @@ def test_an_output_too_large_for_the_runtime_is_cut_and_says_so() -> None:
     assert len(json.dumps(cut)) <= 4 * 1024 * 1024
     assert cut.endswith(f"of {len(huge)} characters kept]")
     assert cut.startswith("é" * 1000)
+
+
+def test_the_echo_model_scripts_tool_calls_one_per_turn() -> None:
+    """`[[tool NAME {JSON}]]` directives are asked for in order, one per turn; "$id" is the id
+    in the previous tool's JSON result; once each has its result, no more calls."""
+    prompt = 'go [[tool a {"x": 1}]] [[tool b {"task_id": "$id", "y": "z"}]]'
+    first = next_tool_call(prompt, [])
+    assert first is not None
+    assert (first.name, first.input) == ("a", {"x": 1})
+    second = next_tool_call(prompt, ['{"id": "t-1", "status": "queued"}'])
+    assert second is not None
+    assert (second.name, second.input) == ("b", {"task_id": "t-1", "y": "z"})
+    assert second.id != first.id
+    assert next_tool_call(prompt, ["r1", "r2"]) is None
+    assert next_tool_call("no tools here", []) is None

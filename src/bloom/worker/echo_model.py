@@ -12,7 +12,11 @@ the tests use to script the model's behaviour; they are harmless in a demo:
 - `[[tokens N]]`: report N output tokens (for budgets);
 - `[[overloaded]]`: answer 529 `overloaded_error`;
 - `[[usage-limit EPOCH_S]]`: until that time, answer as the API does when a plan's usage limit
-  is reached, with the reset time; after it, answer normally.
+  is reached, with the reset time; after it, answer normally;
+- `[[tool NAME {JSON}]]` (one or more, in order): ask for a call of the tool NAME with that
+  input, one per turn, as a model using tools does; a string `"$id"` in the input is the `id`
+  of the previous tool's JSON result. Once each has its result, the answer is `echo: ` and the
+  last result's text.
 
 Every request body is kept in memory (`GET /_requests` lists them), so a test can check what the
 CLI sent, for example that a resumed conversation carried the earlier turn.
@@ -32,6 +36,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 DIRECTIVE = re.compile(r"\[\[(sleep|tokens|overloaded|usage-limit)(?:\s+([0-9.]+))?\]\]")
+TOOL = re.compile(r"\[\[tool (\S+)(?: (\{.*?\}))?\]\]")
 MODEL = "claude-echo-1"
 STREAM_CHUNK = 24
 
@@ -80,6 +85,48 @@ def last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    """The text of every tool result in the conversation, oldest first."""
+    found = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                found.append(_text_of(block.get("content")))
+    return found
+
+
+def next_tool_call(prompt: str, results: list[str]) -> ToolCall | None:
+    """The prompt's next scripted tool call, or None when each has had its result."""
+    calls = TOOL.findall(prompt)
+    if len(results) >= len(calls):
+        return None
+    name, raw = calls[len(results)]
+    arguments = json.loads(raw) if raw else {}
+    previous_id = _id_in(results[-1]) if results else None
+    return ToolCall(
+        f"toolu_echo_{len(results)}",
+        name,
+        {k: previous_id if v == "$id" else v for k, v in arguments.items()},
+    )
+
+
+def _id_in(text: str) -> str | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    found = value.get("id") if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def _error(
     status: int, kind: str, message: str, headers: dict[str, str] | None = None
 ) -> JSONResponse:
@@ -125,23 +172,35 @@ class EchoModel:
                     "anthropic-ratelimit-unified-reset": str(script.usage_limit_reset),
                 },
             )
-        answer = f"echo: {prompt.strip()}"
+        results = tool_results(body)
+        call = next_tool_call(prompt, results)
+        answer = f"echo: {(results[-1] if results and TOOL.search(prompt) else prompt).strip()}"
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
         output_tokens = script.output_tokens or max(1, len(answer) // 4)
         model = str(body.get("model") or MODEL)
         if body.get("stream"):
             return StreamingResponse(
-                self._stream(answer, model, input_tokens, output_tokens),
+                self._stream(answer, call, model, input_tokens, output_tokens),
                 media_type="text/event-stream",
             )
+        block: dict[str, Any] = (
+            {"type": "text", "text": answer}
+            if call is None
+            else {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": call.input,
+            }
+        )
         return JSONResponse(
             {
                 "id": "msg_echo",
                 "type": "message",
                 "role": "assistant",
                 "model": model,
-                "content": [{"type": "text", "text": answer}],
-                "stop_reason": "end_turn",
+                "content": [block],
+                "stop_reason": "end_turn" if call is None else "tool_use",
                 "stop_sequence": None,
                 "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
             }
@@ -149,7 +208,7 @@ class EchoModel:
 
     @staticmethod
     async def _stream(
-        answer: str, model: str, input_tokens: int, output_tokens: int
+        answer: str, call: ToolCall | None, model: str, input_tokens: int, output_tokens: int
     ) -> AsyncIterator[str]:
         message: dict[str, Any] = {
             "id": "msg_echo",
@@ -162,25 +221,28 @@ class EchoModel:
             "usage": {"input_tokens": input_tokens, "output_tokens": 1},
         }
         yield _sse("message_start", {"type": "message_start", "message": message})
-        yield _sse(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        for start in range(0, len(answer), STREAM_CHUNK):
-            delta = {"type": "text_delta", "text": answer[start : start + STREAM_CHUNK]}
+        if call is None:
+            block: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [
+                {"type": "text_delta", "text": answer[start : start + STREAM_CHUNK]}
+                for start in range(0, len(answer), STREAM_CHUNK)
+            ]
+        else:
+            block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(call.input)}]
+        start = {"type": "content_block_start", "index": 0, "content_block": block}
+        yield _sse("content_block_start", start)
+        for delta in deltas:
             yield _sse(
                 "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
             )
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+        stop_reason = "end_turn" if call is None else "tool_use"
         yield _sse(
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                 "usage": {"output_tokens": output_tokens},
             },
         )
