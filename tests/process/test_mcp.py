@@ -105,6 +105,8 @@ async def test_a_session_queues_waits_reads_and_cancels(keyed: Stack) -> None:
         ]
         read = await client.read_resource(f"bloom://artifacts/{done['artifact_id']}")
         assert [getattr(c, "text", None) for c in read.contents] == ["echo: hello from mcp"]
+        result = await client.read_resource(f"bloom://tasks/{submitted['id']}/result")
+        assert [getattr(c, "text", None) for c in result.contents] == ["echo: hello from mcp"]
 
         listed = structured(await client.call_tool("list_tasks", {"status": "completed"}))
         assert submitted["id"] in [t["id"] for t in listed]

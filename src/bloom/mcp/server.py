@@ -218,12 +218,24 @@ def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
     @server.resource("bloom://artifacts/{artifact_id}", mime_type="text/plain")
     async def artifact(artifact_id: str) -> str:
         """A stored artifact's content: a task's answer."""
-        try:
-            return await fleet.client.artifact_content(artifact_id)
-        except (RuntimeApiError, RuntimeUnreachable) as exc:
-            raise ResourceError(str(exc)) from None
+        return await _resource(fleet.client.artifact_content(artifact_id))
+
+    @server.resource("bloom://tasks/{task_id}/result", mime_type="text/plain")
+    async def task_result(task_id: str) -> str:
+        """A task's answer: its newest artifact's content (an error until it has one)."""
+        artifacts = await _resource(fleet.client.artifacts(task_id))
+        if not artifacts:
+            raise ResourceError(f"task {task_id} has no result yet")
+        return await _resource(fleet.client.artifact_content(artifacts[0].id))
 
     return server
+
+
+async def _resource(call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except (RuntimeApiError, RuntimeUnreachable) as exc:
+        raise ResourceError(str(exc)) from None
 
 
 async def serve_stdio(url: str, api_key: str) -> None:
