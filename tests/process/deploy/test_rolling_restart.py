@@ -96,8 +96,10 @@ def test_replicas_restarted_one_by_one_and_workers_drained_lose_nothing(
     private_file(env_file, runtime_env(host, "unused-membridge-key", API_KEY))
     ca = self_signed(host, "127.0.0.1")
     # docs/deployment.md: a second replica is one more server in the site's upstream.
-    first = f"    server 127.0.0.1:{replicas[0].port};\n"
-    site = nginx_site(host).replace(first, first + f"    server 127.0.0.1:{replicas[1].port};\n")
+    first = f"    server 127.0.0.1:{replicas[0].port} max_fails=0;\n"
+    second = f"    server 127.0.0.1:{replicas[1].port} max_fails=0;\n"
+    assert first in nginx_site(host)
+    site = nginx_site(host).replace(first, first + second)
     nginx = Nginx(tmp_path / "nginx", site)
     model = EchoModelProcess(tmp_path / "model")
     https = f"https://127.0.0.1:{host.https_port}"
