@@ -148,6 +148,7 @@ async def test_a_large_answer_comes_as_a_resource_link(keyed: Stack) -> None:
         assert getattr(read.contents[0], "text", "") == "echo: " + "x" * 25_000
         view = structured(await client.call_tool("get_task", {"task_id": task_id}))
         assert view["output_uri"] == str(link.uri)
+        assert view["output_bytes"] == len("echo: ") + 25_000
         assert "output" not in view
 
 

@@ -57,13 +57,13 @@ class Output:
 
     artifact: ArtifactInfo
     text: str | None
-    size: int
+    size_bytes: int
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"artifact_id": self.artifact.id, "type": self.artifact.type}
         if self.text is not None:
             return out | {"output": self.text}
-        return out | {"output_uri": artifact_uri(self.artifact.id), "output_chars": self.size}
+        return out | {"output_uri": artifact_uri(self.artifact.id), "output_bytes": self.size_bytes}
 
 
 class Fleet:
@@ -124,8 +124,14 @@ class Fleet:
         return await self.artifact(artifacts[0])
 
     async def artifact(self, artifact: ArtifactInfo) -> Output:
+        """Its content when short; a large one is not even downloaded (its stored size says so:
+        more bytes than four per character inline)."""
+        stored = artifact.raw.get("size_bytes")
+        if isinstance(stored, int) and stored > 4 * INLINE_CHARS:
+            return Output(artifact, None, stored)
         text = await self.client.artifact_content(artifact.id)
-        return Output(artifact, text if len(text) <= INLINE_CHARS else None, len(text))
+        size = len(text.encode())
+        return Output(artifact, text if len(text) <= INLINE_CHARS else None, size)
 
     async def artifact_by_id(self, artifact_id: str) -> Output:
         return await self.artifact(await self.client.artifact(artifact_id))

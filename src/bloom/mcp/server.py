@@ -172,7 +172,7 @@ class Tools:
                 type="resource_link",
                 uri=artifact_uri(output.artifact.id),
                 name=f"artifact {output.artifact.id}",
-                description=f"{output.size:,} characters: read the resource",
+                description=f"{output.size_bytes:,} bytes: read the resource",
                 mime_type="text/plain",
             )
         ]
