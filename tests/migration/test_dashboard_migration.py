@@ -1,17 +1,14 @@
 """Migration 0005 (the dashboard's queue samples and indexes) on a database with data: rows kept,
 the new table usable, and back down again."""
 
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import Connection, create_engine, inspect, text
 
-from bloom.db.database import DatabaseTarget, resolve_database
 from bloom.runtime.storage.schema import SCHEMA
-from tests.support.postgres import PostgresCluster
+from tests.support.migrations import empty_database
 
 NEW_INDEXES = {
     ("llm_results", "ix_llm_results_completed_at"),
@@ -19,16 +16,6 @@ NEW_INDEXES = {
     ("llm_tasks", "ix_llm_tasks_context_created_at"),
     ("audit_logs", "ix_audit_logs_entity_id"),
 }
-
-
-def _create_empty(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> DatabaseTarget:
-    if kind == "sqlite":
-        return resolve_database(f"sqlite:///{tmp_path / 'm.db'}", tmp_path)
-    cluster: PostgresCluster = request.getfixturevalue("postgres")
-    name = f"m5_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(cluster.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return resolve_database(cluster.url(name), tmp_path)
 
 
 def _indexes(conn: Connection, tables: set[str]) -> set[tuple[str, str]]:
@@ -40,7 +27,7 @@ def _indexes(conn: Connection, tables: set[str]) -> set[tuple[str, str]]:
 def test_migration_0005_adds_samples_and_indexes_and_goes_back_down(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target = _create_empty(kind, tmp_path, request)
+    target = empty_database(kind, tmp_path, request)
     SCHEMA.upgrade(target, "0004")
     tables = {table for table, _ in NEW_INDEXES}
     engine = create_engine(target.sync_url)
@@ -70,6 +57,6 @@ def test_migration_0005_adds_samples_and_indexes_and_goes_back_down(
             assert not NEW_INDEXES & _indexes(conn, tables)
             assert list(conn.execute(text("SELECT id FROM llm_results"))) == [("r1",)]
         SCHEMA.upgrade(target)
-        assert SCHEMA.current_revision(target) == SCHEMA.head_revision() == "0005"
+        assert SCHEMA.current_revision(target) == SCHEMA.head_revision()
     finally:
         engine.dispose()

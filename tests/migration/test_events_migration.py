@@ -1,33 +1,20 @@
 """Migration 0003 (task events) on a database with data: workers kept, and back down again."""
 
-import uuid
 from pathlib import Path
 
-import psycopg
 import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from bloom.db.database import DatabaseTarget, resolve_database
 from bloom.runtime.storage.schema import SCHEMA
-from tests.support.postgres import PostgresCluster
-
-
-def _create_empty(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> DatabaseTarget:
-    if kind == "sqlite":
-        return resolve_database(f"sqlite:///{tmp_path / 'm.db'}", tmp_path)
-    cluster: PostgresCluster = request.getfixturevalue("postgres")
-    name = f"m3_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(cluster.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return resolve_database(cluster.url(name), tmp_path)
+from tests.support.migrations import empty_database
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_migration_0003_keeps_workers_and_goes_back_down(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target = _create_empty(kind, tmp_path, request)
+    target = empty_database(kind, tmp_path, request)
     SCHEMA.upgrade(target, "0002")
     engine = create_engine(target.sync_url)
     try:

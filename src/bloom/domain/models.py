@@ -119,6 +119,14 @@ class Result:
     completed_at: int
     lease_id: str | None = None
     error_code: str | None = None
+    # what the attempt cost (`Usage`, copied from `metrics`), typed so it sums in SQL
+    cost_usd: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_used: int | None = None
+    num_turns: int | None = None
+    duration_ms: int | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from bloom.domain.models import (
 )
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
+from bloom.domain.usage import MAX_MODEL_CHARS
 from bloom.runtime.services.events import (
     MAX_DATA_BYTES,
     MAX_EVENTS,
@@ -133,6 +134,9 @@ class MetricsBody(Body):
     output_tokens: Count | None = None
     cost_usd: Amount | None = None
     num_turns: Count | None = None
+    model: StrictStr | None = Field(
+        None, min_length=1, max_length=MAX_MODEL_CHARS, description="The model that answered."
+    )
 
 
 class CompleteBody(Body):

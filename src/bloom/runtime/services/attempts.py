@@ -17,6 +17,7 @@ from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
+from bloom.domain.usage import Usage
 from bloom.runtime.services import metrics
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
 from bloom.runtime.services.signals import QueueSignal
@@ -157,6 +158,7 @@ class AttemptService:
                 completed_at=now,
                 lease_id=lease.id,
                 error_code=completion.error_code,
+                **Usage.from_metrics(completion.metrics).columns(),
             )
             if artifact is not None:
                 await tx.artifacts.insert(artifact)

@@ -8,6 +8,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -183,6 +184,14 @@ llm_results = Table(
     # ours: one result per lease is what makes complete idempotent, even under a race
     Column("lease_id", String),
     Column("error_code", String),
+    # ours: what the attempt cost, typed (copied from `metrics`), so usage sums in SQL
+    Column("cost_usd", Float),
+    Column("input_tokens", BigInteger),
+    Column("output_tokens", BigInteger),
+    Column("tokens_used", BigInteger),
+    Column("num_turns", Integer),
+    Column("duration_ms", BigInteger),
+    Column("model", Text),
 )
 Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
 Index("ix_llm_results_task_id", llm_results.c.task_id)
