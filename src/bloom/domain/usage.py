@@ -24,10 +24,9 @@ class Usage:
         """The figures of a result's metrics that have the right type (a count is an int, never
         a bool; a cost any number); anything else is left out, not guessed."""
         cost = metrics.get("cost_usd")
-        is_number = isinstance(cost, int | float) and not isinstance(cost, bool)
         model = metrics.get("model")
         return cls(
-            cost_usd=float(cost) if is_number else None,
+            cost_usd=_amount(cost),
             input_tokens=_count(metrics.get("input_tokens")),
             output_tokens=_count(metrics.get("output_tokens")),
             tokens_used=_count(metrics.get("tokens_used")),
@@ -42,3 +41,7 @@ class Usage:
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _amount(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
