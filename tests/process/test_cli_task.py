@@ -2,6 +2,7 @@
 queue. Tasks are made to progress by driving the worker protocol (claim, heartbeat, events,
 complete) from the test itself."""
 
+import json
 import os
 import signal
 import subprocess
@@ -372,6 +373,32 @@ def test_worker_list(runtime, http):
     assert "0/3" in row
     assert "gpu, eu" in row
     assert "ago" in row
+
+
+def test_usage_per_project_as_a_table_and_as_json(runtime, http):
+    for project, cost in (("cli-usage-a", 0.5), ("cli-usage-b", 0.25), ("cli-usage-a", 0.125)):
+        register(http, "cli-usage")
+        task = create(http, agent_slug=project)
+        grant = claim(http, "cli-usage", task["id"])
+        metrics = {"duration_ms": 2000, "cost_usd": cost, "input_tokens": 1000, "output_tokens": 5}
+        finish(http, grant, metrics=metrics)
+    result = bloom("usage", "--json", "--url", runtime.url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    groups = {g["key"]: g for g in report["groups"]}
+    assert groups["cli-usage-a"]["cost_usd"] == 0.625
+    assert groups["cli-usage-a"]["attempts"] == 2
+    assert groups["cli-usage-b"]["input_tokens"] == 1000
+    table = bloom("usage", "--since", "1h", "--url", runtime.url)
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if "cli-usage-a" in line)
+    assert row.split() == ["cli-usage-a", "$0.6250", "2", "0", "2", "2,000", "10", "0", "4.0", "s"]
+    assert "total" in table.stdout
+    by_day = bloom("usage", "--by", "day", "--since", "2d", "--json", "--url", runtime.url)
+    assert json.loads(by_day.stdout)["group_by"] == "day"
+    bad = bloom("usage", "--since", "last tuesday", "--url", runtime.url)
+    assert bad.exit_code == 1
+    assert "from must be epoch milliseconds or an ISO 8601" in bad.stderr
 
 
 @pytest.fixture

@@ -42,6 +42,12 @@ class BloomGroup(LazyGroup):
             "claude mcp add bloom -- bloom mcp",
         ),
         LazyCommand(
+            "usage",
+            "bloom.cli.usage:usage",
+            "What the fleet's work cost: cost, tokens, turns and attempts per project (a task's "
+            "agent_slug), context, agent, worker, model, day or hour, today by default.",
+        ),
+        LazyCommand(
             "worker", "bloom.cli.worker:app", "Workers: run one here, or list the runtime's."
         ),
         LazyCommand("artifact", "bloom.cli.artifact:app", ARTIFACT_HELP),

@@ -193,6 +193,19 @@ class RuntimeClient:
         """The seed's counts: `tasks` by status (and `total`), `leases`, `workers`."""
         return await self._parsed(lambda data, where: Fields(data, where).data, "GET", "/stats")
 
+    async def usage(
+        self, group_by: str, *, since: str | None, until: str | None, limit: int
+    ) -> Mapping[str, Any]:
+        """Usage summed per group over [since, until) (`GET /usage`; the server's defaults
+        for a bound left out: today's UTC midnight, now)."""
+        window = {"from": since, "to": until}
+        params = {"group_by": group_by, "limit": limit} | {
+            key: value for key, value in window.items() if value is not None
+        }
+        return await self._parsed(
+            lambda data, where: Fields(data, where).data, "GET", "/usage", params=params
+        )
+
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 

@@ -70,6 +70,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("GET", f"{RT}/artifacts/{{artifact_id}}/content"): Access.READ,
     ("GET", f"{RT}/audit"): Access.READ,
     ("GET", f"{RT}/stats"): Access.READ,
+    ("GET", f"{RT}/usage"): Access.READ,
     ("GET", f"{MB}/health"): Access.PUBLIC,
     ("GET", f"{MB}/agents"): Access.READ,
     ("POST", f"{MB}/agents"): Access.ADMIN,

@@ -18,6 +18,7 @@ from bloom.runtime.api import (
     records,
     system,
     tasks,
+    usage,
     workers,
 )
 from bloom.runtime.auth import IdentityMiddleware
@@ -84,6 +85,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         lease_protocol,
         events,
         records,
+        usage,
         membridge,
         metrics,
         pages,

@@ -33,6 +33,7 @@ from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
 from bloom.runtime.services.state_log import log_state_changes
 from bloom.runtime.services.tasks import TaskService
+from bloom.runtime.services.usage import UsageService
 from bloom.runtime.services.worker_sync import WorkerSync
 from bloom.runtime.services.workers import WorkerService
 from bloom.runtime.settings import RuntimeSettings
@@ -72,6 +73,7 @@ class Container:
     membridge: MembridgeService
     worker_sync: WorkerSync
     history: HistoryService
+    usage: UsageService
     dispatcher: Dispatcher
     agents: AgentOps
     agent_http: httpx.AsyncClient
@@ -227,6 +229,7 @@ def build_container(
         membridge=MembridgeService(db, client, config, clock),
         worker_sync=worker_sync,
         history=HistoryService(db, clock),
+        usage=UsageService(db, clock),
         dispatcher=Dispatcher(
             db,
             leases,

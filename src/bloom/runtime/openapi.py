@@ -47,6 +47,9 @@ ERRORS: Declared = {
         "400": "A query value does not match its pattern, or with_key without node_id",
         "409": "No BLOOM_PUBLIC_URL (nor server_url), or no BLOOM_INSTALL_REPO_URL (nor repo_url)",
     },
+    ("GET", "/api/runtime/usage"): {
+        "400": "from or to is neither epoch milliseconds nor ISO 8601, or from is after to",
+    },
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",

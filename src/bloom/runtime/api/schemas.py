@@ -34,7 +34,7 @@ from bloom.domain.models import (
 )
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
-from bloom.domain.usage import MAX_MODEL_CHARS
+from bloom.domain.usage import MAX_MODEL_CHARS, UsageGroup, UsageRow, UsageSums
 from bloom.runtime.services.events import (
     MAX_DATA_BYTES,
     MAX_EVENTS,
@@ -311,3 +311,16 @@ class Health:
     membridge: dict[str, Any]
     insecure: bool | None = None  # true, with `warning`, when serving open (--insecure)
     warning: str | None = None
+
+
+class UsageAnswer(BaseModel):
+    """`GET /usage`: sums per group over [from, to), and over the whole window."""
+
+    group_by: UsageGroup
+    from_: int = Field(alias="from", description="The window's start, epoch ms (inclusive).")
+    to: int = Field(description="The window's end, epoch ms (exclusive).")
+    groups: list[UsageRow] = Field(
+        description="The costliest groups first (time groups in order), each with its key."
+    )
+    total: UsageSums
+    truncated: bool = Field(description="More groups than listed; the total counts them all.")

@@ -8,6 +8,7 @@ from sqlalchemy import (
     String,
     bindparam,
     delete,
+    distinct,
     func,
     insert,
     literal_column,
@@ -27,9 +28,11 @@ from bloom.db.repository import (
 )
 from bloom.domain.models import Artifact, AuditEntry, Result
 from bloom.domain.paging import Cursor
+from bloom.domain.usage import UsageGroup, UsageSums
 from bloom.runtime.storage.tables import (
     audit_logs,
     llm_results,
+    llm_tasks,
     runtime_artifacts,
     runtime_settings,
 )
@@ -38,6 +41,7 @@ ARTIFACT_COLUMNS = entity_columns(runtime_artifacts, Artifact)
 RESULT_COLUMNS = entity_columns(llm_results, Result)
 AUDIT_COLUMNS = entity_columns(audit_logs, AuditEntry)
 art, res, aud, cfg = runtime_artifacts, llm_results, audit_logs, runtime_settings
+tsk = llm_tasks
 
 _ARTIFACT_INSERT = insert(art)
 _ARTIFACT_GET = select(*ARTIFACT_COLUMNS).where(art.c.id == bindparam("b_id"))
@@ -87,6 +91,60 @@ _THROUGHPUT = (
     .group_by(literal_column("bucket"))
     .order_by(literal_column("bucket"))
 )
+_WINDOW = (
+    res.c.completed_at >= bindparam("b_first", type_=BigInteger()),
+    res.c.completed_at < bindparam("b_end", type_=BigInteger()),
+)
+_USAGE_SUMS = (
+    func.count().label("attempts"),
+    func.count(distinct(res.c.task_id)).label("tasks"),
+    func.count().filter(is_state(res.c.status, "success")).label("succeeded"),
+    func.count().filter(~is_state(res.c.status, "success")).label("failed"),
+    *(
+        func.coalesce(func.sum(res.c[name]), 0).label(name)
+        for name in (
+            "cost_usd",
+            "input_tokens",
+            "output_tokens",
+            "tokens_used",
+            "num_turns",
+            "duration_ms",
+        )
+    ),
+)
+_USAGE_TOTAL = select(*_USAGE_SUMS).where(*_WINDOW)
+_USAGE_KEYS = {
+    UsageGroup.PROJECT: tsk.c.agent_slug,
+    UsageGroup.AGENT: tsk.c.agent_slug,
+    UsageGroup.CONTEXT: tsk.c.context_id,
+    UsageGroup.WORKER: res.c.worker_id,
+    UsageGroup.MODEL: res.c.model,
+}
+
+
+@functools.cache
+def _usage_statement(group: UsageGroup) -> Any:
+    """Sums per group in the window: per bucket in time order for a time group, else the
+    costliest groups first, up to a limit."""
+    bucket_ms = group.bucket_ms
+    if bucket_ms is not None:
+        # inlined, not bound: PostgreSQL matches the GROUP BY to the selected key by its text
+        length = literal_column(str(bucket_ms), BigInteger())
+        key: Any = (res.c.completed_at // length) * length
+    else:
+        key = _USAGE_KEYS[group]
+    stmt = select(key.label("key"), *_USAGE_SUMS).where(*_WINDOW).group_by(key)
+    if group in (UsageGroup.PROJECT, UsageGroup.AGENT, UsageGroup.CONTEXT):
+        stmt = stmt.select_from(res.join(tsk, tsk.c.id == res.c.task_id))
+    if bucket_ms is not None:
+        return stmt.order_by(key).limit(bindparam("b_limit"))
+    costliest: tuple[Any, ...] = (
+        literal_column("cost_usd").desc(),
+        literal_column("attempts").desc(),
+    )
+    return stmt.order_by(*costliest, key).limit(bindparam("b_limit"))
+
+
 _AUDIT_INSERT = insert(aud)
 _AUDIT_LIST = (
     select(*AUDIT_COLUMNS)
@@ -181,6 +239,19 @@ class ResultRepository(Repository):
         """The task's results, oldest first."""
         return await self.all(Result, _RESULTS_OF_TASK, {"b_task": task_id})
 
+    async def usage(
+        self, group: UsageGroup, *, first: int, end: int, limit: int
+    ) -> list[tuple[Any, UsageSums]]:
+        """Results completed in [first, end) summed per `group` key: (key, sums), at most
+        `limit` of them (the costliest; a time group's earliest buckets)."""
+        params = {"b_first": first, "b_end": end, "b_limit": limit}
+        rows = await self.rows(_usage_statement(group), params)
+        return [(row[0], _usage_sums(row[1:])) for row in rows]
+
+    async def usage_total(self, *, first: int, end: int) -> UsageSums:
+        rows = await self.rows(_USAGE_TOTAL, {"b_first": first, "b_end": end})
+        return _usage_sums(rows[0])
+
     async def throughput(
         self, *, first: int, end: int, bucket_ms: int
     ) -> list[tuple[int, int, int]]:
@@ -191,6 +262,13 @@ class ResultRepository(Repository):
             (int(bucket), int(ok), int(failed))
             for bucket, ok, failed in await self.rows(_THROUGHPUT, params)
         ]
+
+
+def _usage_sums(row: Any) -> UsageSums:
+    attempts, tasks, succeeded, failed, cost, *counts = row
+    return UsageSums(
+        int(attempts), int(tasks), int(succeeded), int(failed), float(cost), *map(int, counts)
+    )
 
 
 class AuditRepository(Repository):

@@ -1,0 +1,50 @@
+"""What the fleet's work cost: results' usage summed by project, context, worker, model or time
+over a window."""
+
+from dataclasses import asdict
+
+from bloom.domain.clock import Clock
+from bloom.domain.errors import Invalid
+from bloom.domain.usage import (
+    MAX_USAGE_GROUPS,
+    UsageGroup,
+    UsageReport,
+    UsageRow,
+    bucket_key,
+    start_of_day,
+)
+from bloom.runtime.storage.repositories import RuntimeDatabase
+
+
+class UsageService:
+    def __init__(self, db: RuntimeDatabase, clock: Clock):
+        self.db = db
+        self.clock = clock
+
+    async def report(
+        self,
+        group_by: UsageGroup,
+        *,
+        first: int | None = None,
+        end: int | None = None,
+        limit: int = MAX_USAGE_GROUPS,
+    ) -> UsageReport:
+        """Sums over results completed in [first, end): by default from today's UTC midnight
+        to now (included). At most `limit` groups are listed (the costliest; for time, the
+        earliest); the total covers the whole window."""
+        now = self.clock()
+        end = now + 1 if end is None else end  # now included
+        first = start_of_day(now) if first is None else first
+        if first > end:
+            raise Invalid("from must not be after to")
+        if not 1 <= limit <= MAX_USAGE_GROUPS:
+            raise Invalid(f"limit must be between 1 and {MAX_USAGE_GROUPS}")
+        async with self.db.read() as tx:
+            rows = await tx.results.usage(group_by, first=first, end=end, limit=limit + 1)
+            total = await tx.results.usage_total(first=first, end=end)
+        timed = group_by.bucket_ms is not None
+        groups = [
+            UsageRow(**asdict(sums), key=bucket_key(int(key)) if timed else key)
+            for key, sums in rows[:limit]
+        ]
+        return UsageReport(group_by, first, end, groups, total, truncated=len(rows) > limit)

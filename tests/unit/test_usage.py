@@ -1,0 +1,53 @@
+"""Usage figures read from a result's metrics, and the instants a usage window is given in."""
+
+import pytest
+
+from bloom.domain.errors import Invalid
+from bloom.domain.usage import Usage, bucket_key, parse_instant, start_of_day
+
+
+def test_usage_takes_only_figures_of_the_right_type() -> None:
+    assert Usage.from_metrics({}) == Usage()
+    full = {
+        "cost_usd": 1,
+        "input_tokens": 2,
+        "output_tokens": 3,
+        "tokens_used": 5,
+        "num_turns": 1,
+        "duration_ms": 9,
+        "model": "m" * 300,
+    }
+    assert Usage.from_metrics(full) == Usage(1.0, 2, 3, 5, 1, 9, "m" * 128)
+    wrong = {
+        "cost_usd": True,
+        "input_tokens": 2.5,
+        "num_turns": "1",
+        "model": "",
+        "tokens_used": None,
+    }
+    assert Usage.from_metrics(wrong) == Usage()
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("0", 0),
+        ("1764115200000", 1_764_115_200_000),
+        ("2025-11-26", 1_764_115_200_000),
+        ("2025-11-26T01:00:00Z", 1_764_118_800_000),
+        ("2025-11-26T03:00:00+02:00", 1_764_118_800_000),
+    ],
+)
+def test_an_instant_is_epoch_ms_or_iso_8601_in_utc_by_default(text: str, ms: int) -> None:
+    assert parse_instant(text, "from") == ms
+
+
+@pytest.mark.parametrize("text", ["", "yesterday", "-5", "²", "1e9", "9" * 30, "1969-12-31"])
+def test_anything_else_is_invalid_naming_the_parameter(text: str) -> None:
+    with pytest.raises(Invalid, match=r"^to must be"):
+        parse_instant(text, "to")
+
+
+def test_days_and_buckets_are_utc() -> None:
+    assert start_of_day(1_764_118_800_000) == 1_764_115_200_000
+    assert bucket_key(1_764_118_800_000) == "2025-11-26T01:00:00Z"
