@@ -207,13 +207,24 @@ async def test_task_page_shows_result_attempts_artifact_and_timeline(
     await client.post(f"{API}/workers", json={"name": "w1"}, headers=admin)
     grant = await client.post(f"{API}/workers/w1/claim", json={"wait_seconds": 0}, headers=admin)
     lease_id = grant.json()["lease"]["id"]
+    usage = {"duration_ms": 1500, "cost_usd": 0.0421, "tokens_used": 99, "model": "claude-q"}
     done = await client.post(
         f"{API}/llm-tasks/{task_id}/complete",
-        json=success('{"answer": 42}', lease_id=lease_id),
+        json=success('{"answer": 42}', lease_id=lease_id, metrics=usage),
         headers=admin,
     )
     assert done.status_code == 200, done.text
     page = await client.get(f"/tasks/{task_id}", headers=browser)
+    usage_line = re.search(r'id="result-usage">([^<]*)', page.text)
+    assert usage_line is not None
+    assert "$0.0421 · 99 tokens · claude-q · on w1" in usage_line[1]
+    # the overview: today's cost, in all and for the task's project
+    overview = (await client.get("/", headers=browser)).text
+    assert re.search(r'id="stat-cost">\$0\.0421<', overview)
+    table = overview[overview.index('id="cost-by-project"') :]
+    assert re.search(
+        r'href="/tasks\?agent=default">default</a></td><td class="num">\$0\.0421<', table
+    )
     assert page.status_code == 200
     text = page.text
     assert "What is 6*7?" in text

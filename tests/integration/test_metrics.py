@@ -165,7 +165,8 @@ async def test_outcomes_waits_claims_and_expiries_are_counted(
     ).status_code == 204
     lease_of = {grant["task"]["id"]: grant["lease"]["id"] for grant in grants}
     clock.advance(3)  # each attempt runs 3 s
-    for task, body in ((done, success()), (retried, failure())):
+    costs = {"cost_usd": 0.25, "input_tokens": 100, "output_tokens": 7, "duration_ms": 5}
+    for task, body in ((done, success(metrics=costs)), (retried, failure(metrics=costs))):
         answer = await client.post(
             f"{API}/llm-tasks/{task['id']}/complete",
             json=body | {"lease_id": lease_of[task["id"]], "worker_id": "w1"},
@@ -190,4 +191,7 @@ async def test_outcomes_waits_claims_and_expiries_are_counted(
     assert delta("bloom_claim_seconds_count", result="empty") == 1
     assert delta("bloom_leases_expired_total") == 1
     assert delta("bloom_reaper_actions_total", action="requeued") == 1
+    assert delta("bloom_usage_cost_usd_total", project="default") == pytest.approx(0.5)
+    assert delta("bloom_usage_tokens_total", project="default", kind="input") == 200
+    assert delta("bloom_usage_tokens_total", project="default", kind="output") == 14
     assert lost["id"] in lease_of

@@ -37,6 +37,11 @@ def test_two_workers_complete_twenty_tasks(stack: Stack, probe: DatabaseProbe) -
         assert r["metrics"]["tokens_used"] > 0
         assert r["metrics"]["cost_usd"] > 0
         assert r["metrics"]["num_turns"] == 1
+        # usage as typed columns, the model too (the CLI names the echo model's in modelUsage)
+        assert r["cost_usd"] == r["metrics"]["cost_usd"]
+        assert r["tokens_used"] == r["metrics"]["tokens_used"]
+        assert r["model"] == r["metrics"]["model"]
+        assert r["model"]
     # both workers are agents at Membridge too
     with stack.membridge.client() as membridge:
         agents = {a["name"]: a for a in membridge.get("/agents").json()}

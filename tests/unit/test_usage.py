@@ -4,6 +4,7 @@ import pytest
 
 from bloom.domain.errors import Invalid
 from bloom.domain.usage import Usage, bucket_key, parse_instant, start_of_day
+from bloom.runtime.services.metrics import BoundedLabels
 
 
 def test_usage_takes_only_figures_of_the_right_type() -> None:
@@ -51,3 +52,15 @@ def test_anything_else_is_invalid_naming_the_parameter(text: str) -> None:
 def test_days_and_buckets_are_utc() -> None:
     assert start_of_day(1_764_118_800_000) == 1_764_115_200_000
     assert bucket_key(1_764_118_800_000) == "2025-11-26T01:00:00Z"
+
+
+def test_project_labels_are_bounded() -> None:
+    label = BoundedLabels(2, "other")
+    assert [label(p) for p in ("a", "b", "c", "a", "d", "b")] == [
+        "a",
+        "b",
+        "other",
+        "a",
+        "other",
+        "b",
+    ]

@@ -69,7 +69,23 @@ def test_success_carries_output_session_and_metrics() -> None:
     body = outcome.completion("l1", "w1").to_json()
     assert body["status"] == "success"
     assert "error_code" not in body
+    assert "model" not in body["metrics"]
     assert (body["lease_id"], body["worker_id"]) == ("l1", "w1")
+
+
+def test_the_model_reported_is_the_one_that_cost_the_most() -> None:
+    per_model = {
+        "claude-small": {"costUSD": 0.001, "outputTokens": 90},
+        "claude-main": {"costUSD": 0.02, "outputTokens": 10},
+        "": {"costUSD": 9},
+    }
+    outcome = decide(
+        report(result("hi", modelUsage=per_model)), desired_format="text", budget_usd=0
+    )
+    assert outcome.metrics["model"] == "claude-main"
+    for odd in ({}, "claude", {"x": "not a dict"}):
+        metrics = decide(report(result("hi", modelUsage=odd)), desired_format="text", budget_usd=0)
+        assert metrics.metrics.get("model") == ("x" if odd == {"x": "not a dict"} else None)
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from typing import Any
 from bloom.clients.wire import CompleteRequest
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
+from bloom.domain.usage import MAX_MODEL_CHARS
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
 RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
@@ -82,7 +83,23 @@ def metrics_of(report: RunReport) -> dict[str, Any]:
         metrics["cost_usd"] = float(result["total_cost_usd"])
     if isinstance(result.get("num_turns"), int):
         metrics["num_turns"] = result["num_turns"]
+    model = _main_model(result.get("modelUsage"))
+    if model is not None:
+        metrics["model"] = model
     return metrics
+
+
+def _main_model(per_model: Any) -> str | None:
+    """The model that cost the most in the CLI's `modelUsage` (a run can use a small model for
+    chores beside its main one)."""
+    if not isinstance(per_model, dict):
+        return None
+    costs = {
+        name: float(usage.get("costUSD") or 0) if isinstance(usage, dict) else 0.0
+        for name, usage in per_model.items()
+        if isinstance(name, str) and name
+    }
+    return max(costs, key=costs.__getitem__)[:MAX_MODEL_CHARS] if costs else None
 
 
 def _error_text(result: dict[str, Any]) -> str:

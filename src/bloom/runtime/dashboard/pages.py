@@ -18,6 +18,7 @@ from bloom.domain.errors import BadGateway, NotFound, ServiceError
 from bloom.domain.models import Artifact
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus, WorkerStatus
+from bloom.domain.usage import UsageGroup
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard import charts
 from bloom.runtime.dashboard.templating import render
@@ -33,6 +34,8 @@ INLINE_BYTES = 64 * 1024
 EXPORT_MAX = 100_000
 EXPORT_PAGE = 500
 WINDOWS = {"hour": (3_600_000, 60_000), "day": (86_400_000, 900_000)}
+COST_ROWS = 8
+"""Projects listed in the overview's cost today (the costliest)."""
 LIVE = frozenset({TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING})
 
 Part = Annotated[str | None, Query(max_length=40)]
@@ -58,8 +61,10 @@ async def overview(request: Request, part: Part = None, window: Text = "hour") -
     window_ms, bucket_ms = WINDOWS[chosen]
     summary = await c.history.overview(window_ms=window_ms, bucket_ms=bucket_ms)
     recent = await c.tasks.page(TaskFilter(), after=None, limit=8)
+    cost = await c.usage.report(UsageGroup.PROJECT, limit=COST_ROWS)
     now = c.clock()
     context = {
+        "cost": cost,
         "o": summary,
         "window": chosen,
         "windows": list(WINDOWS),

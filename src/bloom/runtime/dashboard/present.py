@@ -76,6 +76,13 @@ def clip(text: str | None, length: int = 80) -> str:
     return flat if len(flat) <= length else flat[: length - 1] + "…"
 
 
+def usd(amount: float | None) -> str:
+    """A cost in dollars: four decimals below a dollar (Claude runs cost cents), else two."""
+    if amount is None:
+        return "—"
+    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+
+
 def percent(ratio: float | None) -> str:
     return "—" if ratio is None else f"{ratio * 100:.1f}%"
 

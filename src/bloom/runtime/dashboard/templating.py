@@ -90,6 +90,7 @@ def environment() -> Environment:
         short=present.short,
         clip=present.clip,
         percent=present.percent,
+        usd=present.usd,
         as_ms=present.as_ms,
     )
     env.globals.update(ago=present.ago, version=__version__, nav=NAV, admin_nav=ADMIN_ONLY_NAV)

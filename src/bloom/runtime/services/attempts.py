@@ -146,6 +146,7 @@ class AttemptService:
             if finished is None:
                 raise lapsed(lease, task, now)  # rolls the lease release back too
             artifact = self._artifact(task.id, completion, stored, now)
+            usage = Usage.from_metrics(completion.metrics)
             result = Result(
                 id=new_id(now),
                 task_id=task.id,
@@ -158,7 +159,7 @@ class AttemptService:
                 completed_at=now,
                 lease_id=lease.id,
                 error_code=completion.error_code,
-                **Usage.from_metrics(completion.metrics).columns(),
+                **usage.columns(),
             )
             if artifact is not None:
                 await tx.artifacts.insert(artifact)
@@ -179,6 +180,7 @@ class AttemptService:
                 )
         self.signal.changed()
         metrics.attempt_ended(finished.status, lease, now)
+        metrics.usage_recorded(finished.agent_slug, usage)
         return Completed(finished, artifact, result, replayed=False)
 
     async def _store(self, output: str) -> StoredContent:

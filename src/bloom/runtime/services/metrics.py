@@ -8,8 +8,11 @@ from prometheus_client import Counter, Histogram
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.states import TaskStatus, WorkerStatus
+from bloom.domain.usage import Usage
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
+MAX_PROJECT_LABELS = 50
+OTHER_PROJECTS = "other"
 SECONDS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 TASK_OUTCOMES = Counter(
@@ -42,6 +45,38 @@ CLAIM_SECONDS = Histogram(
     ["result"],
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 15, 30, 60, 120),
 )
+USAGE_COST = Counter(
+    "bloom_usage_cost_usd_total",
+    "What attempts cost as their workers reported it, in US dollars, by project (a task's "
+    "agent_slug; see bloom_usage_tokens_total for the label's bound).",
+    ["project"],
+)
+USAGE_TOKENS = Counter(
+    "bloom_usage_tokens_total",
+    f"Tokens attempts used, by project and kind (input, output). The first "
+    f"{MAX_PROJECT_LABELS} projects a process sees get a label of their own; the rest are "
+    f"counted under '{OTHER_PROJECTS}'.",
+    ["project", "kind"],
+)
+
+
+class BoundedLabels:
+    """Label values that cannot grow without bound: the first `limit` distinct values keep
+    their own, later ones become `other`."""
+
+    def __init__(self, limit: int, other: str):
+        self.limit = limit
+        self.other = other
+        self.kept: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value not in self.kept and len(self.kept) >= self.limit:
+            return self.other
+        self.kept.add(value)
+        return value
+
+
+_project_label = BoundedLabels(MAX_PROJECT_LABELS, OTHER_PROJECTS)
 
 
 def granted(task: Task, now: int) -> None:
@@ -58,6 +93,16 @@ def attempt_ended(next_status: TaskStatus, lease: Lease, now: int) -> None:
     """A complete was committed: the task's next status, and the attempt's run time."""
     TASK_OUTCOMES.labels(str(next_status)).inc()
     RUN_TIME.observe(max(now - lease.started_at, 0) / 1000)
+
+
+def usage_recorded(project: str, usage: Usage) -> None:
+    """A result with `usage` was committed for a task of `project`."""
+    label = _project_label(project)
+    if usage.cost_usd:
+        USAGE_COST.labels(label).inc(usage.cost_usd)
+    for kind, tokens in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+        if tokens:
+            USAGE_TOKENS.labels(label, kind).inc(tokens)
 
 
 def lease_reaped(next_status: TaskStatus | None) -> None:
