@@ -117,6 +117,8 @@ async def test_a_session_queues_waits_reads_and_cancels(keyed: Stack) -> None:
         status = structured(await client.call_tool("fleet_status", {}))
         assert (status["workers_online"], status["workers_total"]) == (1, 1)
         assert status["free_slots"] + status["in_flight"] == 1
+        assert status["cost_today_usd"] > 0  # the echo model's runs, as the CLI priced them
+        assert status["cost_today_by_project"]["p1"] > 0
 
         long = structured(await client.call_tool("submit_task", {"prompt": "wait [[sleep 30]]"}))
         cancelled = structured(await client.call_tool("cancel_task", {"task_id": long["id"]}))

@@ -19,6 +19,8 @@ INLINE_CHARS = 20_000
 MAX_WAIT_SEC = 3_600
 POLL_SEC = 1.0
 PROGRESS_CHARS = 400
+COST_ROWS = 10
+"""Projects named in fleet_status's cost today (the costliest)."""
 """Live output is passed on as progress messages, each cut to this length."""
 
 Progress = Callable[[float, str], Awaitable[None]]
@@ -172,6 +174,7 @@ class Fleet:
     async def status(self) -> dict[str, Any]:
         stats = await self.client.stats()
         workers = await self.client.list_workers()
+        today = await self.client.usage("project", since=None, until=None, limit=COST_ROWS)
         online = [w for w in workers if w.status is WorkerStatus.ONLINE]
         counts = stats.get("tasks")
         tasks: dict[str, Any] = dict(counts) if isinstance(counts, dict) else {}
@@ -182,6 +185,8 @@ class Fleet:
             "workers_online": len(online),
             "workers_total": len(workers),
             "free_slots": sum(free_slots(w) for w in online),
+            "cost_today_usd": today["total"]["cost_usd"],
+            "cost_today_by_project": {g["key"]: g["cost_usd"] for g in today["groups"]},
         }
 
 

@@ -182,7 +182,8 @@ class Tools:
         return await self._answer(self.fleet.workers())
 
     async def fleet_status(self) -> dict[str, Any]:
-        """The fleet at a glance: tasks queued and in flight, workers online, free slots."""
+        """The fleet at a glance: tasks queued and in flight, workers online, free slots, and
+        what today's work cost (since 00:00 UTC, in all and for the costliest projects)."""
         return await self._answer(self.fleet.status())
 
 
