@@ -245,6 +245,23 @@ async def test_task_page_shows_result_attempts_artifact_and_timeline(
     assert "No such task" in missing.text
 
 
+async def test_a_task_held_by_its_projects_budget_says_so(client: httpx.AsyncClient) -> None:
+    browser = await admin_browser(client)
+    task_id = await queue(client, prompt="wait for money")
+    put = await client.put(
+        f"{API}/budgets/default", json={"daily_usd": 0}, headers={HEADER: ADMIN_KEY}
+    )
+    assert put.status_code == 200, put.text
+    listing = (await client.get("/tasks", headers=browser)).text
+    row = listing[listing.index(f'href="/tasks/{task_id}"') :].split("</tr>")[0]
+    assert ">held</span>" in row
+    page = (await client.get(f"/tasks/{task_id}", headers=browser)).text
+    assert 'id="task-hold"' in page
+    assert "project <strong>default</strong> has spent its budget" in page
+    await client.delete(f"{API}/budgets/default", headers={HEADER: ADMIN_KEY})
+    assert 'id="task-hold"' not in (await client.get(f"/tasks/{task_id}", headers=browser)).text
+
+
 async def test_keys_are_shown_once_and_revoked_from_settings(client: httpx.AsyncClient) -> None:
     browser = await admin_browser(client)
     made = await client.post(

@@ -401,6 +401,35 @@ def test_usage_per_project_as_a_table_and_as_json(runtime, http):
     assert "from must be epoch milliseconds or an ISO 8601" in bad.stderr
 
 
+def test_budget_set_list_remove_and_a_held_task_says_why(runtime, http):
+    register(http, "cli-budget")
+    spent = create(http, agent_slug="cli-budgeted")
+    waiting = create(http, agent_slug="cli-budgeted")
+    result = bloom("budget", "set", "cli-budgeted", "--daily", "0.5", "--url", runtime.url)
+    assert result.exit_code == 0, result.output
+    assert "today $0.00 of $0.50, this month $0.00 (no limit); running" in result.stdout
+    finish(
+        http, claim(http, "cli-budget", spent["id"]), metrics={"duration_ms": 1, "cost_usd": 0.75}
+    )
+    listed = bloom("budget", "list", "--url", runtime.url)
+    row = next(line for line in listed.stdout.splitlines() if "cli-budgeted" in line)
+    assert "$0.75 of $0.50" in row
+    assert "spent: tasks wait until" in row
+    shown = bloom("task", "show", waiting["id"], "--url", runtime.url)
+    assert "project cli-budgeted has spent its budget (budget_exhausted): until" in shown.stdout
+    tasks = bloom("task", "list", "--url", runtime.url)
+    assert "queued held" in next(
+        line for line in tasks.stdout.splitlines() if waiting["id"] in line
+    )
+    as_json = json.loads(bloom("budget", "list", "--json", "--url", runtime.url).stdout)
+    assert [b["held_until"] > 0 for b in as_json if b["project"] == "cli-budgeted"] == [True]
+    removed = bloom("budget", "remove", "cli-budgeted", "--url", runtime.url)
+    assert removed.exit_code == 0, removed.output
+    assert "hold" not in http.get(f"{API}/llm-tasks/{waiting['id']}").json()
+    assert bloom("budget", "remove", "cli-budgeted", "--url", runtime.url).exit_code == 1
+    assert bloom("budget", "set", "x", "--url", runtime.url).exit_code == 1
+
+
 @pytest.fixture
 def keyed_runtime(sqlite_template: Path, tmp_path: Path) -> Iterator[RuntimeProcess]:
     process = RuntimeProcess(

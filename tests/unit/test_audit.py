@@ -3,6 +3,7 @@ from bloom.domain.audit import (
     LOCKED_ADDRESS,
     LOCKED_USERNAME,
     AuditAction,
+    budget_audit,
     config_audit,
     lease_audit,
     leases_audit,
@@ -49,6 +50,7 @@ def test_every_builders_entity_type_is_one_the_audit_page_offers_as_a_filter() -
         worker_audit(AuditAction.WORKER_OFFLINE, "w1", now=5, actor="a", detail=""),
         config_audit(AuditAction.CONFIG_UPDATED, now=5, actor="a", detail=""),
         project_audit(AuditAction.LEADERSHIP_PROMOTE, "c1", now=5, actor="a", detail=""),
+        budget_audit(AuditAction.BUDGET_WARNING, "p1", now=5, actor="a", detail="", task_id="t1"),
         lockout_audit(LOCKED_USERNAME, "ada", now=5, actor="198.51.100.1", detail=""),
         lockout_audit(LOCKED_ADDRESS, "198.51.100.1", now=5, actor="198.51.100.1", detail=""),
     ]

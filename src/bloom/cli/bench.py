@@ -7,7 +7,6 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
-import orjson
 import typer
 import uvloop
 from rich.console import Console
@@ -19,6 +18,7 @@ from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
 from bloom.bench.server import ServerError
+from bloom.cli.output import print_json
 from bloom.db.database import DatabaseUrlError
 from bloom.runtime.storage import bulk
 
@@ -154,7 +154,7 @@ def bench(
         err.print(f"[bold red]bench failed:[/] {exc}; use an empty database", highlight=False)
         raise typer.Exit(1) from None
     if json_output:
-        typer.echo(orjson.dumps(as_json(result), option=orjson.OPT_INDENT_2).decode())
+        print_json(as_json(result))
     else:
         render(result, Console())
     report = result.cycle or result.depth
@@ -179,8 +179,7 @@ def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_outp
         err.print("bench interrupted")
         raise typer.Exit(130) from None
     if json_output:
-        as_text = orjson.dumps(dashboard_mode.as_json(report), option=orjson.OPT_INDENT_2)
-        typer.echo(as_text.decode())
+        print_json(dashboard_mode.as_json(report))
     else:
         dashboard_mode.render(report, Console())
 
@@ -194,7 +193,7 @@ def _soak(options: soak_mode.SoakOptions, err: Console, json_output: bool) -> No
     with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         report = runner.run(_until_terminated(soak_mode.run_soak(options, show)))
     if json_output:
-        typer.echo(orjson.dumps(soak_mode.as_json(report), option=orjson.OPT_INDENT_2).decode())
+        print_json(soak_mode.as_json(report))
     else:
         soak_mode.render(report, Console())
     if report.errors:

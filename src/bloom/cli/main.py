@@ -48,6 +48,9 @@ class BloomGroup(LazyGroup):
             "agent_slug), context, agent, worker, model, day or hour, today by default.",
         ),
         LazyCommand(
+            "budget", "bloom.cli.budget:app", "Budgets per project: daily and monthly, in USD."
+        ),
+        LazyCommand(
             "worker", "bloom.cli.worker:app", "Workers: run one here, or list the runtime's."
         ),
         LazyCommand("artifact", "bloom.cli.artifact:app", ARTIFACT_HELP),

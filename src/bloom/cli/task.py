@@ -6,12 +6,11 @@ import uuid
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bloom.cli.output import fail
+from bloom.cli.output import fail, print_json
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -24,7 +23,7 @@ from bloom.cli.remote import (
     when,
 )
 from bloom.cli.watch import TaskView, answer, follow
-from bloom.clients.wire import ArtifactInfo, TaskInfo
+from bloom.clients.wire import ArtifactInfo, HoldInfo, TaskInfo
 from bloom.domain.models import DEFAULT_TIMEOUT_SEC
 from bloom.domain.states import TERMINAL, TaskStatus
 
@@ -40,10 +39,6 @@ INTERRUPTED = 130
 class Format(StrEnum):
     text = "text"
     json = "json"
-
-
-def _json(value: Any) -> None:
-    typer.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
 
 
 def new_context_id() -> str:
@@ -155,7 +150,7 @@ def submit(
     if not wait:
         task = call(url, lambda client: client.create_task(body))
         if json_output:
-            _json(task.raw)
+            print_json(task.raw)
         else:
             typer.echo(task.id)
         return
@@ -202,7 +197,7 @@ def _finish(task: TaskInfo, content: str | None, as_json: bool) -> None:
     """Print the answer (stdout) or why there is none (stderr); exit 1 unless completed."""
     status = task.status
     if as_json:
-        _json({**task.raw, "output": content})
+        print_json({**task.raw, "output": content})
     elif content is not None:
         sys.stdout.write(content if content.endswith("\n") else content + "\n")
         sys.stdout.flush()
@@ -232,7 +227,7 @@ def list_tasks(
         raise typer.BadParameter(f"one of {', '.join(STATUSES)}", param_hint="--status")
     tasks = call(url, lambda client: client.list_tasks(status=status, limit=limit))
     if json_output:
-        _json([task.raw for task in tasks])
+        print_json([task.raw for task in tasks])
         return
     if not tasks:
         err().print("no tasks" + (f" {status}" if status else ""))
@@ -249,7 +244,7 @@ def list_tasks(
     for task in tasks:
         table.add_row(
             task.id,
-            styled_status(task.status),
+            styled_status(task.status) + (" [yellow]held[/]" if task.hold else ""),
             escape(task.context_id),
             escape(task.worker_id or "-"),
             f"{task.attempts}/{task.max_attempts}",
@@ -262,6 +257,13 @@ def list_tasks(
 def _amount(usd: float) -> str:
     """`0`, `0.5`, `12`: dollars as people write them."""
     return f"{usd:g}"
+
+
+def _hold_text(hold: HoldInfo) -> str:
+    return (
+        f"[yellow]project {escape(hold.project)} has spent its budget ({hold.reason}): until "
+        f"{when(hold.until)} ({ago(hold.until)}); `bloom budget list`[/]"
+    )
 
 
 def _preview(prompt: str, width: int = 50) -> str:
@@ -286,7 +288,7 @@ def show(
     task, artifacts, content = call(url, fetch)
     if json_output:
         raw_artifacts = [artifact.raw for artifact in artifacts]
-        _json({**task.raw, "artifacts": raw_artifacts, "output": content})
+        print_json({**task.raw, "artifacts": raw_artifacts, "output": content})
         return
     console = out()
     grid = Table.grid(padding=(0, 2))
@@ -312,6 +314,8 @@ def show(
         ("created", f"{when(task.created_at)} ({ago(task.created_at)})"),
         ("updated", f"{when(task.updated_at)} ({ago(task.updated_at)})"),
     ]
+    if task.hold is not None:
+        rows.append(("waits", _hold_text(task.hold)))
     if task.not_before:
         rows.append(("not before", when(task.not_before)))
     if task.context_hints:

@@ -5,12 +5,11 @@ import re
 import time
 from typing import Annotated, Any
 
-import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bloom.cli.output import fail
+from bloom.cli.output import fail, print_json
 from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, out
 from bloom.domain.usage import UsageGroup
 
@@ -41,7 +40,7 @@ def usage(
     first = window_start(since, time.time_ns() // 1_000_000)
     report = call(url, lambda client: client.usage(by, since=first, until=until, limit=limit))
     if json_output:
-        typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        print_json(report)
         return
     out().print(usage_table(report))
 

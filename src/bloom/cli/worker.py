@@ -2,14 +2,13 @@
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bloom.cli.output import fail
+from bloom.cli.output import fail, print_json
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -138,7 +137,7 @@ def list_workers(
     """The runtime's workers: status, load, labels, when last heard of."""
     workers = call(url, lambda client: client.list_workers())
     if json_output:
-        typer.echo(_dumps([worker.raw for worker in workers]))
+        print_json([worker.raw for worker in workers])
         return
     if not workers:
         err().print("no workers")
@@ -162,7 +161,3 @@ def list_workers(
             row.append(ago(until, now) if until and until > now else "-")
         table.add_row(*row)
     out().print(table)
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()

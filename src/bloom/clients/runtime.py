@@ -18,6 +18,7 @@ import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -191,7 +192,7 @@ class RuntimeClient:
 
     async def stats(self) -> Mapping[str, Any]:
         """The seed's counts: `tasks` by status (and `total`), `leases`, `workers`."""
-        return await self._parsed(lambda data, where: Fields(data, where).data, "GET", "/stats")
+        return await self._parsed(_object, "GET", "/stats")
 
     async def usage(
         self, group_by: str, *, since: str | None, until: str | None, limit: int
@@ -202,9 +203,20 @@ class RuntimeClient:
         params = {"group_by": group_by, "limit": limit} | {
             key: value for key, value in window.items() if value is not None
         }
-        return await self._parsed(
-            lambda data, where: Fields(data, where).data, "GET", "/usage", params=params
-        )
+        return await self._parsed(_object, "GET", "/usage", params=params)
+
+    async def budgets(self) -> list[Mapping[str, Any]]:
+        """Every budget with its spend (`GET /budgets`)."""
+        return await self._parsed(_list_of(_object), "GET", "/budgets")
+
+    async def set_budget(
+        self, project: str, *, daily_usd: float | None, monthly_usd: float | None
+    ) -> Mapping[str, Any]:
+        body = {"daily_usd": daily_usd, "monthly_usd": monthly_usd}
+        return await self._parsed(_object, "PUT", f"/budgets/{quote(project, safe='')}", body=body)
+
+    async def remove_budget(self, project: str) -> None:
+        await self._call("DELETE", f"/budgets/{quote(project, safe='')}")
 
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
@@ -306,6 +318,11 @@ class RuntimeClient:
     async def complete(self, task_id: str, request: CompleteRequest) -> CompleteReply:
         path = f"/llm-tasks/{task_id}/complete"
         return await self._parsed(CompleteReply.from_json, "POST", path, body=request.to_json())
+
+
+def _object(data: Any, where: str) -> Mapping[str, Any]:
+    """A JSON object as it came (fields read by the caller)."""
+    return Fields(data, where).data
 
 
 def _list_of(parse: Parser[T]) -> Parser[list[T]]:

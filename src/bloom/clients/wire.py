@@ -35,6 +35,20 @@ class Policy:
 
 
 @dataclass(frozen=True, slots=True)
+class HoldInfo:
+    """Why a queued task waits: its project's budget is spent until `until` (epoch ms)."""
+
+    project: str
+    until: int
+    reason: str
+
+    @classmethod
+    def from_json(cls, data: Raw, where: str = "") -> Self:
+        fields = Fields(data, where)
+        return cls(fields.text("project"), fields.integer("until"), fields.text("reason"))
+
+
+@dataclass(frozen=True, slots=True)
 class TaskInfo:
     """A task as the runtime shows it."""
 
@@ -58,6 +72,7 @@ class TaskInfo:
     cancel_requested: bool = False
     last_error: str | None = None
     session_id: str | None = None
+    hold: HoldInfo | None = None
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -84,6 +99,7 @@ class TaskInfo:
             cancel_requested=fields.flag("cancel_requested", False),
             last_error=fields.optional_text("last_error"),
             session_id=fields.optional_text("session_id"),
+            hold=fields.optional_nested("hold", HoldInfo.from_json),
             raw=fields.data,
         )
 

@@ -36,6 +36,10 @@ class AuditAction(StrEnum):
     CONNECTION_TEST = "connection_test"
     LEADERSHIP_PROMOTE = "leadership_promote"
     LOGIN_LOCKED_OUT = "login_locked_out"
+    BUDGET_SET = "budget_set"
+    BUDGET_REMOVED = "budget_removed"
+    BUDGET_WARNING = "budget_warning"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 LOCKED_USERNAME = "username"
@@ -47,6 +51,7 @@ ENTITY_TYPES = (
     "worker",
     "runtime_config",
     "membridge_project",
+    "budget",
     LOCKED_USERNAME,
     LOCKED_ADDRESS,
 )
@@ -119,6 +124,19 @@ def project_audit(
 ) -> AuditEntry:
     """Something done to a Membridge project through the runtime's proxy."""
     return _entry(action, "membridge_project", canonical_id, now=now, actor=actor, detail=detail)
+
+
+def budget_audit(
+    action: AuditAction,
+    project: str,
+    *,
+    now: int,
+    actor: str,
+    detail: str,
+    task_id: str | None = None,
+) -> AuditEntry:
+    """Something that happened to a project's budget; `task_id` when a task's cost caused it."""
+    return _entry(action, "budget", project, now=now, actor=actor, detail=detail, task_id=task_id)
 
 
 def lockout_audit(kind: str, subject: str, *, now: int, actor: str, detail: str) -> AuditEntry:

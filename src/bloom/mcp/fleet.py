@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from bloom.clients.runtime import RuntimeClient, RuntimeUnreachable, TaskEvent
@@ -46,6 +47,11 @@ def task_view(task: TaskInfo) -> dict[str, Any]:
         view["last_error"] = task.last_error
     if task.cancel_requested:
         view["cancel_requested"] = True
+    if task.hold is not None:
+        view["waiting"] = (
+            f"project {task.hold.project} has spent its budget; queued until "
+            f"{datetime.fromtimestamp(task.hold.until / 1000, UTC):%Y-%m-%d %H:%M} UTC"
+        )
     return view
 
 

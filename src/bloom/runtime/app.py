@@ -10,6 +10,7 @@ from bloom import __version__
 from bloom.domain.clock import Clock, system_clock
 from bloom.runtime.access import authorize
 from bloom.runtime.api import (
+    budgets,
     events,
     install,
     lease_protocol,
@@ -86,6 +87,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         events,
         records,
         usage,
+        budgets,
         membridge,
         metrics,
         pages,

@@ -19,6 +19,7 @@ from bloom.runtime.services.agent_ops import AgentOps
 from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
+from bloom.runtime.services.budgets import BudgetService, HoldReleases
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService, PasswordHasher
 from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
@@ -74,6 +75,7 @@ class Container:
     worker_sync: WorkerSync
     history: HistoryService
     usage: UsageService
+    budgets: BudgetService
     dispatcher: Dispatcher
     agents: AgentOps
     agent_http: httpx.AsyncClient
@@ -203,13 +205,16 @@ def build_container(
         ),
         policy=login_policy(settings),
     )
+    releases = HoldReleases(db, signal, clock)
     container = Container(
         settings=settings,
         db=db,
         signal=signal,
         tasks=TaskService(db, signal, clock),
         leases=leases,
-        attempts=AttemptService(db, signal, clock, stores[settings.artifact_store], retry),
+        attempts=AttemptService(
+            db, signal, clock, stores[settings.artifact_store], retry, releases
+        ),
         workers=WorkerService(db, signal, clock),
         config=config,
         records=RecordService(db, stores),
@@ -230,6 +235,7 @@ def build_container(
         worker_sync=worker_sync,
         history=HistoryService(db, clock),
         usage=UsageService(db, clock),
+        budgets=BudgetService(db, signal, clock, releases),
         dispatcher=Dispatcher(
             db,
             leases,
@@ -247,6 +253,7 @@ def build_container(
         clock=clock,
     )
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
+    container.loops.append(releases)
     container.loops.append(
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
     )

@@ -17,12 +17,13 @@ ERRORS: Declared = {
         "409": "The idempotency key was used for a different request",
     },
     ("POST", f"{TASK}/lease"): {
-        "409": "The task is not queued, or the worker does not run Claude CLI tasks",
+        "409": "The task is not queued, its project's budget is spent, or the worker does not "
+        "run Claude CLI tasks",
         "503": "No worker (or not the one named) is online with a free slot",
     },
     ("POST", f"{TASK}/dispatch"): {
         "400": "The worker named has no agent URL",
-        "409": "The task is not queued",
+        "409": "The task is not queued, or its project's budget is spent",
         "502": "The agent could not be reached or refused: the task is queued again, its "
         "attempt not counted (`{dispatched: false, task_id, worker_id, error}`)",
         "503": "No worker with an agent URL (or not the one named) is online with a free slot",
@@ -50,6 +51,11 @@ ERRORS: Declared = {
     ("GET", "/api/runtime/usage"): {
         "400": "from or to is neither epoch milliseconds nor ISO 8601, or from is after to",
     },
+    ("GET", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
+    ("PUT", "/api/runtime/budgets/{project}"): {
+        "400": "Neither limit given, or a limit out of range",
+    },
+    ("DELETE", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",

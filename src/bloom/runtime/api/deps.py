@@ -8,6 +8,7 @@ from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Identity, Role, open_access
 from bloom.runtime.container import Container
 from bloom.runtime.services.attempts import AttemptService
+from bloom.runtime.services.budgets import BudgetService
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.dispatch import Dispatcher
@@ -69,6 +70,10 @@ async def _usage(request: Request) -> UsageService:
     return app_container(request).usage
 
 
+async def _budgets(request: Request) -> BudgetService:
+    return app_container(request).budgets
+
+
 async def _caller(request: Request) -> Identity:
     identity: Identity | None = getattr(request.state, "identity", None)
     return identity or open_access(request.client.host if request.client else "")
@@ -98,4 +103,5 @@ Dispatch = Annotated[Dispatcher, Depends(_dispatcher)]
 Events = Annotated[EventService, Depends(_events)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
 Usage = Annotated[UsageService, Depends(_usage)]
+Budgets = Annotated[BudgetService, Depends(_budgets)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -324,3 +324,8 @@ class UsageAnswer(BaseModel):
     )
     total: UsageSums
     truncated: bool = Field(description="More groups than listed; the total counts them all.")
+
+
+class BudgetBody(Body):
+    daily_usd: Amount | None = Field(None, description="Per UTC day; null: no daily limit.")
+    monthly_usd: Amount | None = Field(None, description="Per UTC month; null: no monthly limit.")

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Header, Query
 
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Tasks
+from bloom.runtime.api.deps import Budgets, Tasks
 from bloom.runtime.api.schemas import CreateTaskBody
 from bloom.runtime.http import JSON, invalid
 
@@ -36,16 +36,20 @@ async def create_task(
 @router.get("/llm-tasks", response_model=list[Task], summary="Tasks, newest first")
 async def list_tasks(
     tasks: Tasks,
+    budgets: Budgets,
     status: TaskStatus | None = None,
     limit: Annotated[int, Query(ge=1, description="At most 5000 are returned.")] = 500,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JSON:
-    return JSON(await tasks.find(status=status, limit=min(limit, MAX_PAGE), offset=offset))
+    found = await tasks.find(status=status, limit=min(limit, MAX_PAGE), offset=offset)
+    return JSON(await budgets.with_holds(found))
 
 
 @router.get("/llm-tasks/{task_id}", response_model=Task, summary="One task")
-async def get_task(task_id: str, tasks: Tasks) -> JSON:
-    return JSON(await tasks.get(task_id))
+async def get_task(task_id: str, tasks: Tasks, budgets: Budgets) -> JSON:
+    """A queued task whose project's budget is spent carries `hold`: `{project, until,
+    reason: "budget_exhausted"}` (it waits, nothing failed)."""
+    return JSON((await budgets.with_holds([await tasks.get(task_id)]))[0])
 
 
 @router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")

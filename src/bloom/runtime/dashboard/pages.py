@@ -144,6 +144,7 @@ async def tasks_page(
         "total": sum(counts.values()),
         "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),
         "dispatchable": any(w.url and w.status is WorkerStatus.ONLINE for w in workers),
+        "holds": await c.budgets.holds(),
         "default_context": f"ctx-{now}",
     }
     return render(
@@ -168,8 +169,10 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
     results = await c.records.results(task_id)
     artifacts = await c.records.artifacts(task_id=task_id, limit=50)
     timeline = await c.records.audit(limit=200, task_id=task_id)
+    holds = await c.budgets.holds() if task.status is TaskStatus.QUEUED else {}
     context = {
         "task": task,
+        "hold": holds.get(task.agent_slug),
         "live": task.status in LIVE,
         "policy": json.dumps(task.policy, indent=2, sort_keys=True),
         "attempts": attempts,

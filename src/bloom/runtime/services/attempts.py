@@ -18,7 +18,8 @@ from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
-from bloom.runtime.services import metrics
+from bloom.runtime.services import budgets, metrics
+from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -69,12 +70,14 @@ class AttemptService:
         clock: Clock,
         store: ArtifactStore,
         retry: RetryPolicy,
+        releases: HoldReleases,
     ):
         self.db = db
         self.signal = signal
         self.clock = clock
         self.store = store
         self.retry = retry
+        self.releases = releases
 
     async def heartbeat(
         self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
@@ -164,6 +167,9 @@ class AttemptService:
             if artifact is not None:
                 await tx.artifacts.insert(artifact)
             await tx.results.insert(result)
+            passed = await budgets.charge(
+                tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
+            )
             await self._audit(tx, finished, artifact, completion, lease, now)
             if pause_until is not None:
                 await tx.workers.pause(lease.worker_id, pause_until)
@@ -181,6 +187,9 @@ class AttemptService:
         self.signal.changed()
         metrics.attempt_ended(finished.status, lease, now)
         metrics.usage_recorded(finished.agent_slug, usage)
+        budgets.announce(finished.agent_slug, passed)
+        if any(crossing.exhausted for crossing in passed):
+            self.releases.changed()  # its release timer learns of the new hold
         return Completed(finished, artifact, result, replayed=False)
 
     async def _store(self, output: str) -> StoredContent:

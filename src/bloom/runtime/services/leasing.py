@@ -17,6 +17,7 @@ from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services import metrics
+from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, wait_for_signal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -86,6 +87,10 @@ class LeaseService:
                 raise NotFound("Task not found")
             if task.status != TaskStatus.QUEUED:
                 raise Conflict(f"Task status is '{task.status}', expected 'queued'")
+            budget = await tx.budgets.get(task.agent_slug)
+            held = budget.hold_at(now) if budget is not None else None
+            if held is not None:
+                raise Conflict(hold_message(Hold(task.agent_slug, held)))
             worker = await self._reserve_slot(tx, task, worker_id, now, need_url=pushed)
             lease = Lease(
                 id=new_id(now),

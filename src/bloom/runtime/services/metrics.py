@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Histogram
 
+from bloom.domain.budget import Crossing
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.states import TaskStatus, WorkerStatus
@@ -58,6 +59,12 @@ USAGE_TOKENS = Counter(
     f"counted under '{OTHER_PROJECTS}'.",
     ["project", "kind"],
 )
+BUDGET_MARKS = Counter(
+    "bloom_budget_marks_total",
+    "Budgets a complete's cost took past a mark, by project, window (daily, monthly) and mark "
+    "(warning at 80 %, exhausted at 100 %: the project's queued tasks wait for the reset).",
+    ["project", "window", "mark"],
+)
 
 
 class BoundedLabels:
@@ -103,6 +110,11 @@ def usage_recorded(project: str, usage: Usage) -> None:
     for kind, tokens in (("input", usage.input_tokens), ("output", usage.output_tokens)):
         if tokens:
             USAGE_TOKENS.labels(label, kind).inc(tokens)
+
+
+def budget_crossed(project: str, crossing: Crossing) -> None:
+    mark = "exhausted" if crossing.exhausted else "warning"
+    BUDGET_MARKS.labels(_project_label(project), str(crossing.window), mark).inc()
 
 
 def lease_reaped(next_status: TaskStatus | None) -> None:

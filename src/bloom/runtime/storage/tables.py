@@ -216,6 +216,28 @@ Index("ix_audit_logs_timestamp", audit_logs.c.timestamp)
 Index("ix_audit_logs_task_id", audit_logs.c.task_id)
 Index("ix_audit_logs_entity_id", audit_logs.c.entity_id)  # ours: one entity's trail
 
+# ours: what each project (a task's agent_slug) spent per UTC day, kept with every result that
+# reports a cost (in its complete's transaction), so a budget check reads a month in 31 rows
+project_spend = Table(
+    "project_spend",
+    metadata,
+    Column("project", Text, primary_key=True),
+    Column("day", BigInteger, primary_key=True, autoincrement=False),  # UTC midnight, epoch ms
+    Column("cost_usd", Float, nullable=False),
+)
+
+# ours: spending limits per project, and until when a spent project's queued tasks wait
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("project", Text, primary_key=True),
+    Column("daily_usd", Float),
+    Column("monthly_usd", Float),
+    Column("held_until", BigInteger),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("updated_by", Text, nullable=False),
+)
+
 # ours: the queue's depth once a minute (the dashboard's history), kept for eight days
 queue_samples = Table(
     "queue_samples",

@@ -7,6 +7,7 @@ from sqlalchemy import bindparam, func, select
 from bloom.db.database import Database
 from bloom.db.executor import Connection
 from bloom.domain.models import AuditEntry
+from bloom.runtime.storage.repositories.budgets import BudgetRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
@@ -69,6 +70,10 @@ class Repositories:
     @cached_property
     def users(self) -> UserRepository:
         return UserRepository(self.connection)
+
+    @cached_property
+    def budgets(self) -> BudgetRepository:
+        return BudgetRepository(self.connection)
 
     @cached_property
     def settings(self) -> SettingsRepository:

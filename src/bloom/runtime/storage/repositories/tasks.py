@@ -29,7 +29,7 @@ from bloom.db.repository import (
 from bloom.domain.models import Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
-from bloom.runtime.storage.tables import leases, llm_tasks, workers
+from bloom.runtime.storage.tables import budgets, leases, llm_tasks, workers
 
 TASK_COLUMNS = entity_columns(llm_tasks, Task)
 t = llm_tasks
@@ -133,9 +133,10 @@ _LEASE_QUEUED = (
 def _claim_statement() -> Any:
     """Lease the best queued task a worker may take.
 
-    Order: priority, then age. A task whose context was last held by another worker is left to
-    that worker (its Claude conversation lives there) while it is online, live and has a free
-    slot, for at most the sticky wait; after that, or when it cannot take it, anyone may.
+    Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
+    future) has its tasks passed over. A task whose context was last held by another worker is
+    left to that worker (its Claude conversation lives there) while it is online, live and has a
+    free slot, for at most the sticky wait; after that, or when it cannot take it, anyone may.
     """
     held = leases.alias("held")
     owner = workers.alias("owner")
@@ -175,6 +176,9 @@ def _claim_statement() -> Any:
             is_state(t.c.status, "queued"),
             or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
             or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
+            t.c.agent_slug.not_in(
+                select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
+            ),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .limit(1)

@@ -1,5 +1,6 @@
 """What an attempt cost as typed columns of its result (cost, tokens, turns, duration, model),
-copied from the metrics JSON the worker sent, so usage can be summed and grouped in SQL.
+copied from the metrics JSON the worker sent, so usage can be summed and grouped in SQL; what each
+project spent per UTC day (`project_spend`, filled from those results); budgets per project.
 
 Revision ID: 0006
 Revises: 0005
@@ -40,6 +41,30 @@ def upgrade() -> None:
         batch.add_column(sa.Column("duration_ms", sa.BigInteger(), nullable=True))
         batch.add_column(sa.Column("model", sa.Text(), nullable=True))
     _backfill()
+    op.create_table(
+        "project_spend",
+        sa.Column("project", sa.Text(), nullable=False),
+        sa.Column("day", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("cost_usd", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("project", "day", name="pk_project_spend"),
+    )
+    op.execute(
+        "INSERT INTO project_spend (project, day, cost_usd) "
+        "SELECT t.agent_slug, r.completed_at - r.completed_at % 86400000, SUM(r.cost_usd) "
+        "FROM llm_results r JOIN llm_tasks t ON t.id = r.task_id "
+        "WHERE r.cost_usd IS NOT NULL "
+        "GROUP BY t.agent_slug, r.completed_at - r.completed_at % 86400000"
+    )
+    op.create_table(
+        "budgets",
+        sa.Column("project", sa.Text(), nullable=False),
+        sa.Column("daily_usd", sa.Float(), nullable=True),
+        sa.Column("monthly_usd", sa.Float(), nullable=True),
+        sa.Column("held_until", sa.BigInteger(), nullable=True),
+        sa.Column("updated_at", sa.BigInteger(), nullable=False),
+        sa.Column("updated_by", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("project", name="pk_budgets"),
+    )
 
 
 def _backfill() -> None:
@@ -85,6 +110,8 @@ def _usage(metrics: object) -> dict[str, object]:
 
 
 def downgrade() -> None:
+    op.drop_table("budgets")
+    op.drop_table("project_spend")
     with op.batch_alter_table("llm_results") as batch:
         for name in reversed(list(_COLUMNS)):
             batch.drop_column(name)
