@@ -18,8 +18,8 @@ from bloom.domain.budget import (
 from bloom.mcp.fleet import task_view
 
 
-def ms(*args: int) -> int:
-    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)
+def ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    return int(datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp() * 1000)
 
 
 def budget(daily: float | None, monthly: float | None) -> Budget:
