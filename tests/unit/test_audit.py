@@ -7,6 +7,7 @@ from bloom.domain.audit import (
     lease_audit,
     leases_audit,
     lockout_audit,
+    managed_project_audit,
     project_audit,
     task_audit,
     worker_audit,
@@ -49,6 +50,7 @@ def test_every_builders_entity_type_is_one_the_audit_page_offers_as_a_filter() -
         worker_audit(AuditAction.WORKER_OFFLINE, "w1", now=5, actor="a", detail=""),
         config_audit(AuditAction.CONFIG_UPDATED, now=5, actor="a", detail=""),
         project_audit(AuditAction.LEADERSHIP_PROMOTE, "c1", now=5, actor="a", detail=""),
+        managed_project_audit(AuditAction.PROJECT_CREATED, "p1", now=5, actor="a", detail=""),
         lockout_audit(LOCKED_USERNAME, "ada", now=5, actor="198.51.100.1", detail=""),
         lockout_audit(LOCKED_ADDRESS, "198.51.100.1", now=5, actor="198.51.100.1", detail=""),
     ]

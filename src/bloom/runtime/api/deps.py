@@ -13,6 +13,7 @@ from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.dispatch import Dispatcher
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.leasing import LeaseService
+from bloom.runtime.services.projects import ProjectService
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.tasks import TaskService
 from bloom.runtime.services.workers import WorkerService
@@ -64,6 +65,10 @@ async def _credentials(request: Request) -> CredentialService:
     return app_container(request).credentials
 
 
+async def _projects(request: Request) -> ProjectService:
+    return app_container(request).projects
+
+
 async def _caller(request: Request) -> Identity:
     identity: Identity | None = getattr(request.state, "identity", None)
     return identity or open_access(request.client.host if request.client else "")
@@ -92,4 +97,5 @@ Records = Annotated[RecordService, Depends(_records)]
 Dispatch = Annotated[Dispatcher, Depends(_dispatcher)]
 Events = Annotated[EventService, Depends(_events)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
+Projects = Annotated[ProjectService, Depends(_projects)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -10,6 +10,7 @@ from bloom.domain.models import AuditEntry
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
+from bloom.runtime.storage.repositories.projects import ProjectRepository
 from bloom.runtime.storage.repositories.records import (
     ArtifactRepository,
     AuditRepository,
@@ -69,6 +70,10 @@ class Repositories:
     @cached_property
     def users(self) -> UserRepository:
         return UserRepository(self.connection)
+
+    @cached_property
+    def projects(self) -> ProjectRepository:
+        return ProjectRepository(self.connection)
 
     @cached_property
     def settings(self) -> SettingsRepository:
