@@ -2,7 +2,7 @@
 HTTP (and once a real worker's `/clone` with real git): create, list, get, delete; names unique;
 bad input a 400; a clone recorded as the agent answered (`ok: false` and an unreachable agent are
 failures, 502); a clone elsewhere never moves the primary; propagation partial or synced, its
-calls overlapping but bounded; admins only."""
+calls overlapping but bounded; admins only; and the dashboard's projects page and buttons."""
 
 import hashlib
 import time
@@ -361,3 +361,46 @@ async def test_a_clone_onto_a_real_worker_with_real_git(
         assert status["repo_path"] == str((base / "demo").resolve())
     finally:
         server.stop()
+
+
+async def test_the_dashboard_lists_creates_clones_propagates_and_deletes(
+    api: httpx.AsyncClient, agent: StandInAgent
+) -> None:
+    hx = {"HX-Request": "true"}
+    form = hx | {"Content-Type": "application/x-www-form-urlencoded"}
+    await node(api, "n1", agent.url)
+    empty = await api.get("/projects")
+    assert empty.status_code == 200
+    assert "No projects yet" in empty.text
+    assert '<option value="n1">n1</option>' in empty.text
+    new = "name=demo&repo_url=https%3A%2F%2Fgit.example%2Fd.git"
+    made = await api.post("/projects", headers=form, content=new)
+    assert made.status_code == 200, made.text
+    assert made.headers["hx-trigger"] == "bloom:changed"
+    twice = await api.post("/projects", headers=form, content=new)
+    assert (twice.status_code, twice.json()) == (
+        409,
+        {"error": 'A project named "demo" exists already'},
+    )
+    bad = await api.post("/projects", headers=form, content="name=a%2Fb&repo_url=x")
+    assert bad.status_code == 400
+    [project_id] = [p["id"] for p in (await api.get(PROJECTS)).json()]
+
+    rows = await api.get("/projects", params={"part": "project_rows"}, headers=hx)
+    assert f'hx-post="/projects/{project_id}/propagate"' in rows.text
+    nowhere = await api.post(f"/projects/{project_id}/clone", headers=form, content="node_id=")
+    assert nowhere.status_code == 400
+    cloned = await api.post(f"/projects/{project_id}/clone", headers=form, content="node_id=n1")
+    assert "Cloned on n1." in cloned.text
+    assert (await detail(api, project_id))["primary_node_id"] == "n1"
+    nothing = await api.post(f"/projects/{project_id}/propagate", headers=hx)
+    assert "All nodes already have this project" in nothing.text
+    agent.answers["/clone"] = Answer(body={"ok": False, "detail": "Clone failed (rc=128)"})
+    await node(api, "n2", agent.url)
+    partial = await api.post(f"/projects/{project_id}/propagate", headers=hx)
+    assert "cloned on 0 of 1 nodes" in partial.text
+    assert 'class="badge s-failed"' in (await api.get("/projects")).text
+    removed = await api.post(f"/projects/{project_id}/remove", headers=hx)
+    assert removed.status_code == 200
+    assert (await api.get(PROJECTS)).json() == []
+    assert (await api.post(f"/projects/{project_id}/remove")).status_code == 403, "not htmx"
