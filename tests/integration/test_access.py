@@ -112,6 +112,7 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
         .replace("{job_id}", "j1")
         .replace("{key_id}", "k1")
         .replace("{username}", "vera")
+        .replace("{project_id}", "p1")
     )
     lease = {"lease_id": world.lease_id}
     bodies: dict[tuple[str, str], dict[str, Any]] = {

@@ -18,7 +18,7 @@ from tests.support.api import API, success
 from tests.support.databases import make_settings
 
 PASSWORD = "correct horse battery staple"
-PAGES = ["/", "/tasks", "/workers", "/membridge", "/audit", "/settings"]
+PAGES = ["/", "/tasks", "/workers", "/membridge", "/projects", "/audit", "/settings"]
 HX = {"HX-Request": "true"}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -101,6 +101,7 @@ async def test_a_viewer_sees_no_buttons_and_is_refused_anyway(client: httpx.Asyn
     assert task_id in tasks.text
     assert "hx-post" not in tasks.text
     assert 'href="/settings"' not in tasks.text
+    assert 'href="/projects"' not in tasks.text
     detail = await client.get(f"/tasks/{task_id}", headers=viewer)
     assert "hx-post" not in detail.text
     settings = await client.get("/settings", headers=viewer)

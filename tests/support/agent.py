@@ -1,21 +1,19 @@
 """A stand-in node agent (the reference's `membridge-agent` surface: `POST /execute-task`,
-`GET /health`, `POST /self-update`, `/restart`, `/uninstall`) served over real HTTP from a
-thread: it records what it was sent and answers as a test tells it to, after holding the request
-open for a while if asked (the reference agent answers only when the Claude CLI is done)."""
+`GET /health`, `POST /self-update`, `/restart`, `/uninstall`, `/clone`, `/sync/push`, …) served
+over real HTTP from a thread: it records what it was sent and answers as a test tells it to,
+after holding the request open for a while if asked (the reference agent answers only when the
+Claude CLI is done), and counts how many requests it held open at once."""
 
 import asyncio
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.support.net import free_port
+from tests.support.threaded import ThreadedServer
 
 
 @dataclass
@@ -25,29 +23,25 @@ class Answer:
     hold_sec: float = 0.0
 
 
-class StandInAgent:
+class StandInAgent(ThreadedServer):
     def __init__(self) -> None:
-        self.port = free_port()
         self.answer = Answer()
         """How `/execute-task` answers."""
         self.answers: dict[str, Answer] = {}
         """How the other paths answer (by path; unset: `{"ok": true}`)."""
         self.calls: list[tuple[dict[str, str], Any]] = []
         self.other_calls: list[tuple[str, dict[str, str], Any]] = []
+        self.open_calls = 0
+        self.most_at_once = 0
+        """The most calls (other than `/execute-task`) it held open at the same time."""
         app = Starlette(
             routes=[
                 Route("/execute-task", self._execute, methods=["POST"]),
                 Route("/health", self._other, methods=["GET"]),
-                Route("/{action:str}", self._other, methods=["POST"]),
+                Route("/{action:path}", self._other, methods=["POST"]),
             ]
         )
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        super().__init__(app)
 
     async def _execute(self, request: Request) -> JSONResponse:
         self.calls.append((dict(request.headers), await request.json()))
@@ -59,16 +53,10 @@ class StandInAgent:
         body = await request.json() if await request.body() else None
         self.other_calls.append((request.url.path, dict(request.headers), body))
         answer = self.answers.get(request.url.path, Answer(body={"ok": True}))
-        await asyncio.sleep(answer.hold_sec)
+        self.open_calls += 1
+        self.most_at_once = max(self.most_at_once, self.open_calls)
+        try:
+            await asyncio.sleep(answer.hold_sec)
+        finally:
+            self.open_calls -= 1
         return JSONResponse(answer.body, status_code=answer.status)
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the stand-in agent did not start"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)

@@ -103,9 +103,11 @@ def test_the_runtime_policy() -> None:
         "/static/dashboard.css",
     ):
         assert charged(policy, "GET", path) == [], path
-    for path in ("/", "/tasks", "/tasks/t1", "/workers", "/audit", "/settings", "/login"):
+    for path in ("/", "/tasks", "/tasks/t1", "/workers", "/projects", "/audit", "/settings"):
         assert charged(policy, "GET", path) == [(*api, local)], path  # the dashboard's pages
+    assert charged(policy, "GET", "/login") == [(*api, local)]
     assert charged(policy, "POST", "/tasks/t1/cancel") == [(*api, local)]
+    assert charged(policy, "POST", "/projects/p1/clone") == [(*api, local)]
     for path in (
         f"{API}/workers",
         f"{API}/workers/",

@@ -105,6 +105,15 @@ def run(
             help="Where the agent surface listens (env BLOOM_WORKER_AGENT_HOST; 127.0.0.1)"
         ),
     ] = None,
+    allow_clone: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-clone/--no-allow-clone",
+            help="Serve the agent's /clone: the runtime's projects cloned with git under "
+            "BLOOM_WORKER_REPOS_BASE (~/projects); needs BLOOM_AGENT_KEY "
+            "(env BLOOM_WORKER_ALLOW_CLONE; no)",
+        ),
+    ] = None,
 ) -> None:
     """Claim tasks from the runtime and run each with the Claude CLI, until SIGTERM or Ctrl-C
     (running tasks may finish: BLOOM_WORKER_DRAIN_TIMEOUT_SEC)."""
@@ -120,6 +129,7 @@ def run(
         agent_port=agent_port,
         agent_host=agent_host,
         claim=claim,
+        allow_clone=allow_clone,
     )
     from bloom.cli.logs import configure_logging
     from bloom.worker.main import run_worker  # only this command needs the worker's code

@@ -35,6 +35,12 @@ class AuditAction(StrEnum):
     CONFIG_UPDATED = "config_updated"
     CONNECTION_TEST = "connection_test"
     LEADERSHIP_PROMOTE = "leadership_promote"
+    PROJECT_CREATED = "project_created"
+    PROJECT_DELETED = "project_deleted"
+    PROJECT_CLONED = "project_cloned"
+    PROJECT_PROPAGATED = "project_propagated"
+    MEMORY_SYNC_PULL = "memory_sync_pull"
+    MEMORY_SYNC_PUSH = "memory_sync_push"
     LOGIN_LOCKED_OUT = "login_locked_out"
     BUDGET_SET = "budget_set"
     BUDGET_REMOVED = "budget_removed"
@@ -52,6 +58,7 @@ ENTITY_TYPES = (
     "runtime_config",
     "membridge_project",
     "budget",
+    "managed_project",
     LOCKED_USERNAME,
     LOCKED_ADDRESS,
 )
@@ -137,6 +144,13 @@ def budget_audit(
 ) -> AuditEntry:
     """Something that happened to a project's budget; `task_id` when a task's cost caused it."""
     return _entry(action, "budget", project, now=now, actor=actor, detail=detail, task_id=task_id)
+
+
+def managed_project_audit(
+    action: AuditAction, project_id: str, *, now: int, actor: str, detail: str
+) -> AuditEntry:
+    """Something done to a managed project (a repository cloned onto nodes), by its id."""
+    return _entry(action, "managed_project", project_id, now=now, actor=actor, detail=detail)
 
 
 def lockout_audit(kind: str, subject: str, *, now: int, actor: str, detail: str) -> AuditEntry:

@@ -8,7 +8,13 @@ the API serialises them as they are.
 from dataclasses import dataclass, field
 from typing import Any
 
-from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.states import (
+    CloneStatus,
+    LeaseStatus,
+    ResultStatus,
+    TaskStatus,
+    WorkerStatus,
+)
 
 DEFAULT_TIMEOUT_SEC = 120
 """How long one attempt may run when the task's policy does not say (the seed's default)."""
@@ -139,6 +145,37 @@ class AuditEntry:
     actor: str
     detail: str
     task_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ManagedProject:
+    """A git repository the runtime clones onto nodes through their agents (the reference's
+    `managed_projects` row); its name is unique (ours)."""
+
+    id: str
+    name: str
+    repo_url: str
+    canonical_id: str
+    target_path: str | None
+    clone_status: CloneStatus
+    primary_node_id: str | None
+    created_at: int
+    updated_at: int
+    error_message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectNode:
+    """A managed project's checkout on one node (the reference's `project_node_status` row);
+    one per project and node (ours)."""
+
+    id: str
+    project_id: str
+    node_id: str
+    clone_status: CloneStatus
+    last_sync_at: int | None
+    error_message: str | None
+    repo_path: str | None
 
 
 @dataclass(frozen=True, slots=True)

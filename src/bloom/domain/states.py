@@ -1,4 +1,4 @@
-"""Task, lease and worker states, and which operations each state admits."""
+"""Task, lease, worker and project states, and which operations each state admits."""
 
 from enum import StrEnum
 
@@ -33,6 +33,18 @@ class ResultStatus(StrEnum):
     ERROR = "error"
 
 
+class CloneStatus(StrEnum):
+    """A managed project's state, and its checkout's on one node (the reference's
+    `ProjectCloneStatus`; `propagating` and `synced` are the project's only)."""
+
+    PENDING = "pending"
+    CLONING = "cloning"
+    CLONED = "cloned"
+    FAILED = "failed"
+    PROPAGATING = "propagating"
+    SYNCED = "synced"
+
+
 IN_FLIGHT: frozenset[TaskStatus] = frozenset({TaskStatus.LEASED, TaskStatus.RUNNING})
 """A task in one of these states holds exactly one active lease."""
 
@@ -44,3 +56,6 @@ CANCELLABLE: frozenset[TaskStatus] = frozenset({TaskStatus.QUEUED, *IN_FLIGHT})
 TERMINAL: frozenset[TaskStatus] = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED}
 )
+
+CHECKED_OUT: frozenset[CloneStatus] = frozenset({CloneStatus.CLONED, CloneStatus.SYNCED})
+"""A node whose checkout is in one of these states is passed over when a project propagates."""

@@ -29,6 +29,7 @@ from bloom.runtime.services.install_script import InstallScripts, InstallSetting
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
 from bloom.runtime.services.membridge import MembridgeService
 from bloom.runtime.services.metrics import MetricsService
+from bloom.runtime.services.projects import ProjectService
 from bloom.runtime.services.reaping import LeaseReaper, renew_after_outage
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
@@ -78,8 +79,9 @@ class Container:
     budgets: BudgetService
     dispatcher: Dispatcher
     agents: AgentOps
+    projects: ProjectService
     agent_http: httpx.AsyncClient
-    """The client of nodes' agents (dispatch, agent management)."""
+    """The client of nodes' agents (dispatch, agent management, projects' clones)."""
     loops: list[Loop] = field(default_factory=list)
     clock: Clock = system_clock
     started_at: float = field(default_factory=time.monotonic)
@@ -206,6 +208,8 @@ def build_container(
         policy=login_policy(settings),
     )
     releases = HoldReleases(db, signal, clock)
+    agents = AgentOps(db, clock, agent_http, agent_key)
+    membridge = MembridgeService(db, client, config, clock)
     container = Container(
         settings=settings,
         db=db,
@@ -231,7 +235,7 @@ def build_container(
         ),
         reaper=reaper,
         membridge_client=client,
-        membridge=MembridgeService(db, client, config, clock),
+        membridge=membridge,
         worker_sync=worker_sync,
         history=HistoryService(db, clock),
         usage=UsageService(db, clock),
@@ -248,7 +252,8 @@ def build_container(
                 accept_sec=settings.dispatch_accept_sec,
             ),
         ),
-        agents=AgentOps(db, clock, agent_http, agent_key),
+        agents=agents,
+        projects=ProjectService(db, clock, agents, membridge),
         agent_http=agent_http,
         clock=clock,
     )

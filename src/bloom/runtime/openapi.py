@@ -12,6 +12,7 @@ FOREIGN = "The lease is held by another worker than the one named (or the caller
 WORKER = "/api/runtime/workers/{worker_id}"
 AGENT_ACTIONS = (("GET", "health"), ("POST", "update"), ("POST", "restart"), ("POST", "uninstall"))
 AGENT_FAILED = "The agent could not be reached, refused, or answered `ok: false`"
+PROJECT = "/api/runtime/projects/{project_id}"
 ERRORS: Declared = {
     ("POST", "/api/runtime/llm-tasks"): {
         "409": "The idempotency key was used for a different request",
@@ -57,6 +58,16 @@ ERRORS: Declared = {
     },
     ("DELETE", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},
+    ("POST", "/api/runtime/projects"): {"409": "A project of this name exists"},
+    ("POST", f"{PROJECT}/clone"): {
+        "400": "No node named and no primary, or the node's worker has no agent URL",
+        "404": "No such project, or no worker of the node's name",
+        "502": f"{AGENT_FAILED}: the project and the node are `failed`",
+    },
+    ("POST", f"{PROJECT}/sync-memory"): {
+        "400": "No node named and no primary",
+        "502": "Membridge could not be reached or refused, or the sync failed (`ok: false`)",
+    },
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",
     },

@@ -30,6 +30,7 @@ LIMITED_PREFIXES = (
     "/tasks/",
     "/workers/",
     "/membridge/",
+    "/projects/",
     "/audit/",
     "/settings/",
     "/login/",

@@ -10,8 +10,11 @@ task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.m
   memory sync on this node (docs/memory-sync.md), answered as the reference agent answers:
   `ok` (exit code 0), `returncode` (1 error, 2 primary refused pull, 3 secondary blocked push),
   `detail`, and the report's facts.
-- `/restart`, `/self-update`, `/uninstall`, `/clone`: 403, as the reference agent answers while
-  process control is not enabled: a BLOOM worker is managed by its service manager.
+- `POST /clone` `{repo_url, project_name, target_path?, branch?}`: a managed project cloned (or
+  pulled) under the repositories' base (`clone.py`), only with `--allow-clone` and an agent key;
+  403 otherwise.
+- `/restart`, `/self-update`, `/uninstall`: 403, as the reference agent answers while process
+  control is not enabled: a BLOOM worker is managed by its service manager.
 
 With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGENT` (401).
 """
@@ -21,6 +24,7 @@ import contextlib
 import hmac
 import platform
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -37,10 +41,14 @@ from bloom.domain.memory import ExitCode, Report
 from bloom.memory.actions import Action, perform
 from bloom.memory.settings import MemorySettings
 from bloom.web.settings import SettingsError
+from bloom.worker.clone import Checkout, CloneRefused, check_out
 from bloom.worker.settings import WorkerSettings
 
 KEY_HEADER = AGENT_KEY_HEADER.lower()
 PROCESS_CONTROL = "Process control is disabled: this BLOOM worker is run by its service manager."
+CLONE_DISABLED = (
+    "Clone is disabled: start the worker with --allow-clone (BLOOM_WORKER_ALLOW_CLONE)."
+)
 
 
 class AgentSurface:
@@ -59,6 +67,8 @@ class AgentSurface:
         self.running = running
         self.memory = memory
         """This node's memory-sync settings (the project comes with each request)."""
+        self.checkouts: set[Path] = set()
+        """The paths a clone or pull is running in."""
 
     def app(self) -> Starlette:
         routes = [
@@ -71,9 +81,10 @@ class AgentSurface:
                 for path in (f"/sync/{action}", f"/{action}")
             ),
             Route("/doctor", self._memory_route(Action.DOCTOR), methods=["GET", "POST"]),
+            Route("/clone", self.clone, methods=["POST"]),
             *(
                 Route(path, self.process_control, methods=["POST"])
-                for path in ("/restart", "/self-update", "/uninstall", "/clone")
+                for path in ("/restart", "/self-update", "/uninstall")
             ),
         ]
         return Starlette(routes=routes)
@@ -98,6 +109,7 @@ class AgentSurface:
                 "capabilities": {
                     "execute_task": True,
                     "process_control": False,
+                    "clone": self.settings.clone_refused is None,
                     "max_concurrency": self.settings.max_concurrency,
                 },
             }
@@ -178,6 +190,30 @@ class AgentSurface:
         return JSONResponse(
             {"ok": True, "accepted": True, "task_id": grant.task.id, "detail": "Task accepted"}
         )
+
+    async def clone(self, request: Request) -> JSONResponse:
+        """A managed project cloned, or its checkout pulled (one git at a time per path)."""
+        refused = self._refused(request)
+        if refused is not None:
+            return refused
+        disabled = self.settings.clone_refused
+        if disabled is not None:
+            return JSONResponse({"ok": False, "detail": disabled}, status_code=403)
+        try:
+            try:
+                body = await request.json()
+            except ValueError:
+                raise CloneRefused(400, "The body is not JSON") from None
+            checkout = Checkout.from_json(body, self.settings.repos_base)
+            if checkout.path in self.checkouts:
+                raise CloneRefused(409, f"A clone or pull of {checkout.path} is under way")
+            self.checkouts.add(checkout.path)
+            try:
+                return JSONResponse(await check_out(checkout))
+            finally:
+                self.checkouts.discard(checkout.path)
+        except CloneRefused as exc:
+            return JSONResponse({"ok": False, "detail": exc.detail}, status_code=exc.status)
 
     async def process_control(self, request: Request) -> JSONResponse:
         refused = self._refused(request)

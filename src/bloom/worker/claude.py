@@ -43,14 +43,19 @@ def _die_with_parent() -> None:
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def child_environment(environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
-    """The worker's environment without the runtime's and Membridge's secrets (Claude's own
-    credentials stay); the seed's `CLAUDE_PROJECT_ID` for a named agent slug."""
-    env = {
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment without the runtime's and Membridge's secrets, for a child."""
+    return {
         name: value
         for name, value in environ.items()
         if not name.startswith(SECRET_PREFIXES) and name not in SECRET_NAMES
     }
+
+
+def child_environment(environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
+    """The worker's environment without the runtime's and Membridge's secrets (Claude's own
+    credentials stay); the seed's `CLAUDE_PROJECT_ID` for a named agent slug."""
+    env = without_secrets(environ)
     if agent_slug != "default":
         env["CLAUDE_PROJECT_ID"] = agent_slug
     return env

@@ -135,6 +135,18 @@ class WorkerSettings(ServiceSettings):
         description="When set, the agent surface refuses requests without it (X-MEMBRIDGE-AGENT).",
     )
 
+    allow_clone: bool = Field(
+        False,
+        validation_alias=_env("BLOOM_WORKER_ALLOW_CLONE"),
+        description="Serve the agent's /clone: the runtime's managed projects are cloned (or "
+        "pulled) with git under the repositories' base. Only with an agent key (else 403).",
+    )
+    repos_base: Path = Field(
+        Path("~/projects"),
+        validation_alias=_env("BLOOM_WORKER_REPOS_BASE", "MEMBRIDGE_REPOS_BASE"),
+        description="Where /clone checks projects out; no checkout may lie outside it.",
+    )
+
     @field_validator("name")
     @classmethod
     def _valid_name(cls, value: str) -> str:
@@ -151,6 +163,17 @@ class WorkerSettings(ServiceSettings):
     @property
     def membridge_key_value(self) -> str:
         return self.membridge_admin_key.get_secret_value() if self.membridge_admin_key else ""
+
+    @property
+    def clone_refused(self) -> str | None:
+        """Why the agent's /clone is not served (None: it is)."""
+        if not self.allow_clone:
+            return (
+                "Clone is disabled: start the worker with --allow-clone (BLOOM_WORKER_ALLOW_CLONE)."
+            )
+        if not self.agent_key.get_secret_value():
+            return "Clone needs an agent key (BLOOM_AGENT_KEY): it runs git on this machine."
+        return None
 
     @property
     def advertised_agent_url(self) -> str | None:

@@ -14,6 +14,7 @@ from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.dispatch import Dispatcher
 from bloom.runtime.services.events import EventService
 from bloom.runtime.services.leasing import LeaseService
+from bloom.runtime.services.projects import ProjectService
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.tasks import TaskService
 from bloom.runtime.services.usage import UsageService
@@ -74,6 +75,10 @@ async def _budgets(request: Request) -> BudgetService:
     return app_container(request).budgets
 
 
+async def _projects(request: Request) -> ProjectService:
+    return app_container(request).projects
+
+
 async def _caller(request: Request) -> Identity:
     identity: Identity | None = getattr(request.state, "identity", None)
     return identity or open_access(request.client.host if request.client else "")
@@ -104,4 +109,5 @@ Events = Annotated[EventService, Depends(_events)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
 Usage = Annotated[UsageService, Depends(_usage)]
 Budgets = Annotated[BudgetService, Depends(_budgets)]
+Projects = Annotated[ProjectService, Depends(_projects)]
 AppContainer = Annotated[Container, Depends(container)]

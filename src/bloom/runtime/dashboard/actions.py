@@ -21,7 +21,13 @@ from starlette.responses import Response
 from bloom.domain.errors import Forbidden, Invalid, NotFound, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
-from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
+from bloom.runtime.api.schemas import (
+    CloneBody,
+    ConfigBody,
+    CreateProjectBody,
+    CreateTaskBody,
+    RegisterWorkerBody,
+)
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard.templating import fragment
 from bloom.runtime.http import JSON
@@ -248,6 +254,50 @@ async def promote_primary(request: Request, cid: str) -> Response:
     if answer.status >= 400:
         return JSON(answer.body, status_code=answer.status)
     return _notice(f"{body['primary_node_id']} is now the primary of {cid}.")
+
+
+# ---- managed projects ----
+
+
+@router.post("/projects")
+async def create_project(request: Request) -> Response:
+    form = await _form(request)
+    body = _parse(
+        CreateProjectBody,
+        {
+            "name": form.get("name", "").strip(),
+            "repo_url": form.get("repo_url", "").strip(),
+            "target_path": form.get("target_path", "").strip() or None,
+            "primary_node_id": form.get("primary_node_id", "").strip() or None,
+        },
+    )
+    project = await _container(request).projects.create(body.new_project())
+    return _notice(f"Project {project.name} created.")
+
+
+@router.post("/projects/{project_id}/clone")
+async def clone_project(request: Request, project_id: str) -> Response:
+    form = await _form(request)
+    body = _parse(CloneBody, {"node_id": form.get("node_id", "").strip() or None})
+    answer = await _container(request).projects.clone(project_id, body.node_id)
+    return _notice(f"Cloned on {answer['node']}.")
+
+
+@router.post("/projects/{project_id}/propagate")
+async def propagate_project(request: Request, project_id: str) -> Response:
+    answer = await _container(request).projects.propagate(project_id)
+    results = answer.get("results")
+    if results is None:
+        return _notice(str(answer["message"]))
+    cloned = sum(1 for result in results if result["status"] == "cloned")
+    said = f"Propagated: cloned on {cloned} of {len(results)} nodes."
+    return _notice(said, kind="ok" if answer["status"] == "synced" else "error")
+
+
+@router.post("/projects/{project_id}/remove")
+async def remove_project(request: Request, project_id: str) -> Response:
+    await _container(request).projects.delete(project_id)
+    return _notice("Project deleted (the nodes' checkouts stay).")
 
 
 # ---- settings (admin: the route rules say so) ----

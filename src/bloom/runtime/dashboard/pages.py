@@ -277,6 +277,26 @@ async def _forwarded(c: Container, path: str) -> tuple[Any, str | None]:
     return answer.body, None
 
 
+# ---- projects ----
+
+
+@router.get("/projects")
+async def projects_page(request: Request, part: Part = None) -> HTMLResponse:
+    c = _container(request)
+    context = {
+        "projects": await c.projects.find(),
+        "nodes": [worker for worker in await c.workers.find() if worker.url],
+    }
+    return render(
+        request,
+        "projects.html",
+        context,
+        now=c.clock(),
+        part=part,
+        parts=frozenset({"project_rows"}),
+    )
+
+
 # ---- audit ----
 
 

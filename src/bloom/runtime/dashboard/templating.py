@@ -27,10 +27,11 @@ NAV = (
     ("/tasks", "Tasks"),
     ("/workers", "Workers"),
     ("/membridge", "Membridge"),
+    ("/projects", "Projects"),
     ("/audit", "Audit"),
     ("/settings", "Settings"),
 )
-ADMIN_ONLY_NAV = frozenset({"/settings"})
+ADMIN_ONLY_NAV = frozenset({"/projects", "/settings"})
 NO_STORE = {"Cache-Control": "no-store"}
 
 

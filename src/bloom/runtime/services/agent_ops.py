@@ -1,6 +1,7 @@
 """A node's agent, managed through the runtime: its health, update, restart and uninstall, as the
 reference runtime offers them (REFERENCE_BEHAVIOUR.md §1.6 "Agent management"), but an agent
 that answers `ok: false` has failed (the reference reported success), and only admins may ask.
+Other services call agents through `agent_of` and `ask` too (a project's clone).
 
 Health is asked without the agent key (it is public on the agent); the others send it as
 `X-MEMBRIDGE-AGENT`. A successful health check refreshes what the registry knows of the worker.
@@ -35,6 +36,9 @@ class Call:
 UPDATE = Call("POST", "/self-update", 120, AuditAction.AGENT_UPDATED)
 RESTART = Call("POST", "/restart", 30, AuditAction.AGENT_RESTARTED)
 UNINSTALL = Call("POST", "/uninstall", 60, AuditAction.AGENT_UNINSTALLED)
+CLONE = Call("POST", "/clone", 60, AuditAction.PROJECT_CLONED)
+"""A managed project's repository cloned (or pulled) on the node (the agent's git may take 300 s;
+the reference runtime waits 60)."""
 HEALTH_TIMEOUT_SEC = 10
 LEASING_KEYS = frozenset({"claude_cli", "max_concurrency", "labels"})
 """Capabilities the lease engine reads: an agent's health answer never mistypes them."""
@@ -50,7 +54,7 @@ class AgentOps:
     async def health(self, worker_id: str) -> dict[str, Any]:
         """`{reachable: true, …the agent's health}`, the worker refreshed and online; or
         `{reachable: false, error}` with the worker offline."""
-        worker = await self._agent_of(worker_id)
+        worker = await self.agent_of(worker_id)
         try:
             response = await self.http.get(
                 worker.url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_SEC
@@ -63,27 +67,28 @@ class AgentOps:
         return {"reachable": True, **data}
 
     async def update(self, worker_id: str, repo_url: str | None) -> dict[str, Any]:
-        worker = await self._agent_of(worker_id)
-        data = await self._call(worker, UPDATE, {"repo_url": repo_url or DEFAULT_REPO_URL})
+        worker = await self.agent_of(worker_id)
+        data = await self.ask(worker, UPDATE, {"repo_url": repo_url or DEFAULT_REPO_URL})
         version = data.get("version")
         changes = {"agent_version": version} if isinstance(version, str) and version else {}
         await self._update(worker.id, changes, UPDATE, f"Agent update triggered on {worker.id}")
         return {"status": "updated", **data}
 
     async def restart(self, worker_id: str) -> dict[str, Any]:
-        worker = await self._agent_of(worker_id)
-        data = await self._call(worker, RESTART, None)
+        worker = await self.agent_of(worker_id)
+        data = await self.ask(worker, RESTART, None)
         await self._update(worker.id, {}, RESTART, f"Agent restart triggered on {worker.id}")
         return {"status": "restarted", **data}
 
     async def uninstall(self, worker_id: str) -> dict[str, Any]:
-        worker = await self._agent_of(worker_id)
-        data = await self._call(worker, UNINSTALL, None)
+        worker = await self.agent_of(worker_id)
+        data = await self.ask(worker, UNINSTALL, None)
         gone = {"status": WorkerStatus.OFFLINE, "agent_version": "uninstalled"}
         await self._update(worker.id, gone, UNINSTALL, f"Agent uninstalled from {worker.id}")
         return {"status": "uninstalled", **data}
 
-    async def _agent_of(self, worker_id: str) -> Worker:
+    async def agent_of(self, worker_id: str) -> Worker:
+        """The worker, which must have an agent URL (NotFound, Invalid)."""
         async with self.db.read() as tx:
             worker = await tx.workers.get(worker_id)
         if worker is None:
@@ -92,7 +97,7 @@ class AgentOps:
             raise Invalid("Worker has no URL configured")
         return worker
 
-    async def _call(self, worker: Worker, call: Call, body: Any) -> dict[str, Any]:
+    async def ask(self, worker: Worker, call: Call, body: Any) -> dict[str, Any]:
         """The agent's answer to `call`; BadGateway when it cannot be had, is not a success, or
         says `ok: false`."""
         try:

@@ -278,3 +278,40 @@ api_keys = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("revoked_at", BigInteger),
 )
+
+# The reference's managed projects: git repositories the runtime clones onto nodes through their
+# agents, and each one's checkout per node. Ours: a project's name is unique, a node has one row
+# per project (written by upsert), and every writer changes the project's row before its nodes'.
+managed_projects = Table(
+    "managed_projects",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("repo_url", Text, nullable=False),
+    Column("canonical_id", Text, nullable=False),
+    Column("target_path", Text),
+    Column("clone_status", Text, nullable=False, server_default="pending"),
+    Column("primary_node_id", Text),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("error_message", Text),
+)
+Index("ix_managed_projects_name", managed_projects.c.name, unique=True)
+
+project_node_status = Table(
+    "project_node_status",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("project_id", String, nullable=False),
+    Column("node_id", Text, nullable=False),
+    Column("clone_status", Text, nullable=False, server_default="pending"),
+    Column("last_sync_at", BigInteger),
+    Column("error_message", Text),
+    Column("repo_path", Text),
+)
+Index(
+    "ix_project_node_status_project_node",
+    project_node_status.c.project_id,
+    project_node_status.c.node_id,
+    unique=True,
+)

@@ -11,6 +11,7 @@ from bloom.runtime.storage.repositories.budgets import BudgetRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
+from bloom.runtime.storage.repositories.projects import ProjectRepository
 from bloom.runtime.storage.repositories.records import (
     ArtifactRepository,
     AuditRepository,
@@ -74,6 +75,10 @@ class Repositories:
     @cached_property
     def budgets(self) -> BudgetRepository:
         return BudgetRepository(self.connection)
+
+    @cached_property
+    def projects(self) -> ProjectRepository:
+        return ProjectRepository(self.connection)
 
     @cached_property
     def settings(self) -> SettingsRepository:

@@ -1,0 +1,149 @@
+"""A managed project's checkout on this node: the agent's `/clone` (REFERENCE_BEHAVIOUR.md §4.8),
+served only by a worker started with `--allow-clone`.
+
+As the reference: `git clone [--branch b] url target`, or `git pull` in a target that is a
+checkout already, answered `{ok, action, path, project_name, stdout, stderr, detail}` (HTTP 200
+with `ok: false` when git fails). Unlike it (§9.4): the branch must match a strict pattern; the
+target, resolved through symlinks (a relative one under the repositories' base), must lie inside
+that base by its path components (`~/projects-evil` is not inside `~/projects`); git runs
+without a shell, without the worker's secrets in its environment, never asks for a password,
+speaks only http(s) and ssh, and an existing checkout only fast-forwards.
+"""
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloom.worker.claude import without_secrets
+
+PROJECT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+REPO_URL = re.compile(r"(?:https?://|ssh://|git@)[^\s\x00-\x1f\x7f]{1,1024}")
+BRANCH = re.compile(r"(?![-/.])(?!.*(?:\.\.|//))(?!.*(?:\.lock|/|\.)$)[A-Za-z0-9._/-]{1,255}")
+"""A branch or tag name git accepts; never an option (no leading `-`)."""
+FIELDS = frozenset({"repo_url", "project_name", "target_path", "branch"})
+CLONE_TIMEOUT_SEC = 300.0
+PULL_TIMEOUT_SEC = 120.0
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": "http:https:ssh"}
+STDOUT_LINES, STDERR_LINES = 30, 10
+
+
+class CloneRefused(Exception):
+    """A request answered with an HTTP error `status` and `detail`."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """A checked request: which repository, its project's name, where, which branch."""
+
+    repo_url: str
+    project_name: str
+    path: Path
+    branch: str | None = None
+
+    @classmethod
+    def from_json(cls, body: Any, base: Path) -> "Checkout":
+        """The request `{repo_url, project_name, target_path?, branch?}`; CloneRefused (400)."""
+        if not isinstance(body, dict):
+            raise CloneRefused(400, "Expected a JSON object {repo_url, project_name, ...}")
+        if unknown := sorted(set(body) - FIELDS):
+            raise CloneRefused(400, f"Unknown field: {unknown[0]}")
+        name, url = body.get("project_name"), body.get("repo_url")
+        target, branch = body.get("target_path"), body.get("branch")
+        if not isinstance(name, str) or not PROJECT_NAME.fullmatch(name):
+            raise CloneRefused(400, "project_name: 1..128 letters, digits, '.', '_' or '-'")
+        if not isinstance(url, str) or not REPO_URL.fullmatch(url):
+            raise CloneRefused(400, "repo_url must start with http://, https://, ssh:// or git@")
+        if branch is not None and (not isinstance(branch, str) or not BRANCH.fullmatch(branch)):
+            raise CloneRefused(400, "branch: not a branch or tag name")
+        if target is not None and (not isinstance(target, str) or not target or "\0" in target):
+            raise CloneRefused(400, "target_path: a non-empty path")
+        return cls(url, name, inside(base, target or name), branch)
+
+
+def inside(base: Path, target: str) -> Path:
+    """`target` (`~` expanded; a relative one under `base`) with its symlinks resolved; refused
+    (400) unless it lies strictly inside `base` (resolved too), by path components."""
+    root = base.expanduser().resolve()
+    path = (root / Path(target).expanduser()).resolve()
+    if root not in path.parents:
+        raise CloneRefused(400, f"Target path must be within {root}")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class GitRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def git(args: list[str], timeout_sec: float) -> GitRun:
+    """`git <args>`, no shell, in a process group of its own that is killed whole when the
+    timeout passes (TimeoutError) or the call is cancelled."""
+    process = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=without_secrets(os.environ) | GIT_ENV,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout_sec)
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    assert process.returncode is not None
+    return GitRun(process.returncode, _tail(out, STDOUT_LINES), _tail(err, STDERR_LINES))
+
+
+async def check_out(checkout: Checkout) -> dict[str, Any]:
+    """Clone the repository, or pull the checkout already there: the reference's answer.
+    CloneRefused: 409 (the target is something else), 504 (git timed out), 500 (no git)."""
+    path = checkout.path
+    pulling = path.exists()
+    if pulling and not (path / ".git").exists():
+        raise CloneRefused(409, f"{path} exists and is not a git repository")
+    if pulling:
+        action, timeout, args = "pull", PULL_TIMEOUT_SEC, ["-C", str(path), "pull", "--ff-only"]
+    else:
+        branch = ["--branch", checkout.branch] if checkout.branch else []
+        action, timeout = "clone", CLONE_TIMEOUT_SEC
+        args = ["clone", *branch, "--", checkout.repo_url, str(path)]
+    try:
+        run = await git(args, timeout)
+    except TimeoutError:
+        raise CloneRefused(504, f"git {action} timed out after {timeout:.0f} s") from None
+    except OSError as exc:
+        raise CloneRefused(500, f"git could not be run: {exc}") from None
+    ok, rc = run.returncode == 0, run.returncode
+    if pulling:
+        detail = "Existing repo updated via git pull" if ok else f"Pull failed (rc={rc})"
+    else:
+        detail = "Cloned" if ok else f"Clone failed (rc={rc})"
+    return {
+        "ok": ok,
+        "action": action,
+        "path": str(path),
+        "project_name": checkout.project_name,
+        "stdout": run.stdout,
+        "stderr": run.stderr,
+        "detail": detail,
+    }
+
+
+def _tail(output: bytes, lines: int) -> str:
+    return "\n".join(output.decode(errors="replace").splitlines()[-lines:])
