@@ -1,7 +1,7 @@
 """Push dispatch end to end: the runtime hands a task to a worker's agent surface (`bloom worker
 run --agent-port`), which runs the real Claude CLI against the echo model, streams its output
 and completes through the same fenced callbacks as a claim; killed mid-task, its lease lapses
-and another worker finishes the task."""
+and another worker finishes the task; told to restart, it finishes its task and runs again."""
 
 import httpx
 import pytest
@@ -19,7 +19,7 @@ def agent_worker(stack: Stack, name: str) -> str:
     port = free_port()
     stack.add_worker(name, BLOOM_WORKER_AGENT_PORT=str(port), BLOOM_WORKER_CLAIM="false")
     url = f"http://127.0.0.1:{port}"
-    health = httpx.get(f"{url}/health", timeout=5).json()
+    health = httpx.get(f"{url}/health", timeout=5).json()  # public, key or not
     assert (health["node_id"], health["capabilities"]["execute_task"]) == (name, True)
     assert stack.http.get(f"/workers/{name}").json()["url"] == url
     return url
@@ -65,3 +65,38 @@ def test_an_agent_killed_mid_task_leaves_the_task_to_another_worker(
     assert task["worker_id"] == "node-b"
     statuses = [lease["status"] for lease in probe.leases_of(task_id)]
     assert statuses == ["expired", "released"]
+
+
+def test_restart_lets_the_running_task_finish_then_starts_the_worker_again_in_place(
+    stack: Stack, probe: DatabaseProbe
+) -> None:
+    key = {"X-MEMBRIDGE-AGENT": "process-control-key"}
+    port = free_port()
+    stack.add_worker(
+        "node-a",
+        BLOOM_WORKER_AGENT_PORT=str(port),
+        BLOOM_AGENT_KEY=key["X-MEMBRIDGE-AGENT"],
+        BLOOM_WORKER_ALLOW_PROCESS_CONTROL="true",
+    )
+    url = f"http://127.0.0.1:{port}"
+    before = httpx.get(f"{url}/health", timeout=5).json()
+    task_id = stack.submit("finish me first [[sleep 3]]")
+    wait_for(lambda: stack.task(task_id)["status"] == "running" or None, 60, "the agent's run")
+    restarting = httpx.post(f"{url}/restart", headers=key, timeout=10).json()
+    assert (restarting["ok"], restarting["running"]) == (True, [task_id])
+
+    def started_again() -> dict[str, object] | None:
+        try:
+            health = httpx.get(f"{url}/health", timeout=2).json()
+        except httpx.HTTPError:
+            return None
+        return health if health["started_at"] != before["started_at"] else None
+
+    after = wait_for(started_again, 90, "the worker started again")
+    assert after["pid"] == before["pid"]  # the same process, its program run again (exec)
+    task = stack.task(task_id)
+    assert task["status"] == "completed", stack.logs()[-3000:]
+    assert stack.output(task_id).startswith("echo: finish me first")
+    assert len(probe.leases_of(task_id)) == 1
+    wait_for(lambda: stack.http.get("/workers/node-a").json()["status"] == "online" or None, 30,
+             "node-a online again")  # fmt: skip

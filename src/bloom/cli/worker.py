@@ -114,6 +114,15 @@ def run(
             "(env BLOOM_WORKER_ALLOW_CLONE; no)",
         ),
     ] = None,
+    allow_process_control: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-process-control/--no-allow-process-control",
+            help="Serve the agent's /restart, /self-update and /uninstall (the runtime's "
+            "agent-restart, agent-update, agent-uninstall); needs BLOOM_AGENT_KEY "
+            "(env BLOOM_WORKER_ALLOW_PROCESS_CONTROL; no)",
+        ),
+    ] = None,
 ) -> None:
     """Claim tasks from the runtime and run each with the Claude CLI, until SIGTERM or Ctrl-C
     (running tasks may finish: BLOOM_WORKER_DRAIN_TIMEOUT_SEC)."""
@@ -130,6 +139,7 @@ def run(
         agent_host=agent_host,
         claim=claim,
         allow_clone=allow_clone,
+        allow_process_control=allow_process_control,
     )
     from bloom.cli.logs import configure_logging
     from bloom.worker.main import run_worker  # only this command needs the worker's code

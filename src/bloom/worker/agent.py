@@ -59,6 +59,8 @@ class Worker:
         self.stopping = asyncio.Event()
         self.refused = False
         """The runtime refused this worker's key."""
+        self.restart = False
+        """Once stopped, start again (its agent's /restart or /self-update asked)."""
         self.running: set[str] = set()
         """Ids of the tasks running here (claimed or pushed)."""
         self.pushed: set[asyncio.Task[None]] = set()
@@ -84,12 +86,21 @@ class Worker:
         """Stop claiming; running tasks may finish within the drain time."""
         self.stopping.set()
 
+    def stop_then(self, restart: bool) -> None:
+        """Stop as `stop` does; with `restart`, the process then runs again (`restart`)."""
+        self.restart = self.restart or restart
+        self.stop()
+
     async def run(self) -> None:
         if self.settings.agent_port is None:
             await self._serve()
             return
         surface = AgentSurface(
-            self.settings, self.start_pushed, lambda: sorted(self.running), self.memory
+            self.settings,
+            self.start_pushed,
+            lambda: sorted(self.running),
+            self.memory,
+            self.stop_then,
         )
         async with serving(surface):
             log.info("agent_listening", url=self.settings.advertised_agent_url)

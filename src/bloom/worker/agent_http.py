@@ -13,8 +13,10 @@ task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.m
 - `POST /clone` `{repo_url, project_name, target_path?, branch?}`: a managed project cloned (or
   pulled) under the repositories' base (`clone.py`), only with `--allow-clone` and an agent key;
   403 otherwise.
-- `/restart`, `/self-update`, `/uninstall`: 403, as the reference agent answers while process
-  control is not enabled: a BLOOM worker is managed by its service manager.
+- `POST /restart`, `POST /self-update` `{branch?}`, `POST /uninstall`: process control
+  (`process_control.py`: drain then exec; pull and sync then restart; drain and exit 0), only
+  with `--allow-process-control` and an agent key; 403 otherwise, as the reference agent
+  answers while process control is not enabled.
 
 With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGENT` (401).
 """
@@ -22,7 +24,9 @@ With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGEN
 import asyncio
 import contextlib
 import hmac
+import os
 import platform
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,11 +45,11 @@ from bloom.domain.memory import ExitCode, Report
 from bloom.memory.actions import Action, perform
 from bloom.memory.settings import MemorySettings
 from bloom.web.settings import SettingsError
+from bloom.worker import process_control
 from bloom.worker.clone import Checkout, CloneRefused, check_out
 from bloom.worker.settings import WorkerSettings
 
 KEY_HEADER = AGENT_KEY_HEADER.lower()
-PROCESS_CONTROL = "Process control is disabled: this BLOOM worker is run by its service manager."
 CLONE_DISABLED = (
     "Clone is disabled: start the worker with --allow-clone (BLOOM_WORKER_ALLOW_CLONE)."
 )
@@ -60,11 +64,15 @@ class AgentSurface:
         start: Callable[[Grant], Awaitable[bool]],
         running: Callable[[], list[str]],
         memory: MemorySettings | None = None,
+        stop: Callable[[bool], None] = lambda restart: None,
     ):
         self.settings = settings
         self.start = start
         """Runs the grant in the background; False when no slot is free."""
         self.running = running
+        self.stop = stop
+        """Drains the worker; with True it then starts again (exec)."""
+        self.started_at = int(time.time() * 1000)
         self.memory = memory
         """This node's memory-sync settings (the project comes with each request)."""
         self.checkouts: set[Path] = set()
@@ -82,10 +90,9 @@ class AgentSurface:
             ),
             Route("/doctor", self._memory_route(Action.DOCTOR), methods=["GET", "POST"]),
             Route("/clone", self.clone, methods=["POST"]),
-            *(
-                Route(path, self.process_control, methods=["POST"])
-                for path in ("/restart", "/self-update", "/uninstall")
-            ),
+            Route("/restart", self.restart, methods=["POST"]),
+            Route("/self-update", self.self_update, methods=["POST"]),
+            Route("/uninstall", self.uninstall, methods=["POST"]),
         ]
         return Starlette(routes=routes)
 
@@ -103,12 +110,14 @@ class AgentSurface:
                 "service": "bloom-worker",
                 "version": __version__,
                 "node_id": self.settings.name,
+                "pid": os.getpid(),
+                "started_at": self.started_at,
                 "hostname": platform.node(),
                 "os_info": f"{platform.system()} {platform.release()} {platform.machine()}",
                 "claude_cli": self.settings.claude_bin,
                 "capabilities": {
                     "execute_task": True,
-                    "process_control": False,
+                    "process_control": self.settings.process_control_refused is None,
                     "clone": self.settings.clone_refused is None,
                     "max_concurrency": self.settings.max_concurrency,
                 },
@@ -215,11 +224,71 @@ class AgentSurface:
         except CloneRefused as exc:
             return JSONResponse({"ok": False, "detail": exc.detail}, status_code=exc.status)
 
-    async def process_control(self, request: Request) -> JSONResponse:
+    def _control_refused(self, request: Request) -> JSONResponse | None:
         refused = self._refused(request)
         if refused is not None:
             return refused
-        return JSONResponse({"ok": False, "detail": PROCESS_CONTROL}, status_code=403)
+        disabled = self.settings.process_control_refused
+        if disabled is not None:
+            return JSONResponse({"ok": False, "detail": disabled}, status_code=403)
+        return None
+
+    async def restart(self, request: Request) -> JSONResponse:
+        """Drain, then start again in place; answered before the drain begins."""
+        refused = self._control_refused(request)
+        if refused is not None:
+            return refused
+        self.stop(True)
+        return JSONResponse(
+            {
+                "ok": True,
+                "method": "exec",
+                "init_system": process_control.init_system(),
+                "service": process_control.SERVICE,
+                "running": self.running(),
+                "detail": "Service restart completed: running tasks finish first, then the "
+                "worker starts again",
+            }
+        )
+
+    async def self_update(self, request: Request) -> JSONResponse:
+        """Pull and sync the checkout; restart only when every step worked."""
+        refused = self._control_refused(request)
+        if refused is not None:
+            return refused
+        try:
+            body: Any = await request.json() if await request.body() else {}
+        except ValueError:
+            body = None
+        branch = body.get("branch") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or not isinstance(branch, str | None):
+            detail = "Expected a JSON object {branch?, repo_url?}"
+            return JSONResponse({"ok": False, "detail": detail}, status_code=400)
+        checkout = self.settings.checkout or process_control.running_checkout()
+        if checkout is None:
+            detail = "This bloom does not run from a git checkout (set BLOOM_WORKER_CHECKOUT)"
+            return JSONResponse({"ok": False, "steps": [], "detail": detail})
+        answer = await process_control.self_update(checkout.expanduser(), branch)
+        if answer["ok"]:
+            self.stop(True)
+        return JSONResponse(answer)
+
+    async def uninstall(self, request: Request) -> JSONResponse:
+        """Drain and stop for good (exit 0: the service does not restart it)."""
+        refused = self._control_refused(request)
+        if refused is not None:
+            return refused
+        self.stop(False)
+        return JSONResponse(
+            {
+                "ok": True,
+                "node_id": self.settings.name,
+                "init_system": process_control.init_system(),
+                "steps": ["stop claiming", "drain", "exit"],
+                "detail": "Agent uninstalled (service stopped; to keep it from starting at "
+                f"boot, as root: {process_control.disable_hint()})",
+            }
+        )
 
 
 class _Server(uvicorn.Server):

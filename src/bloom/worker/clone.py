@@ -88,11 +88,17 @@ class GitRun:
 
 
 async def git(args: list[str], timeout_sec: float) -> GitRun:
-    """`git <args>`, no shell, in a process group of its own that is killed whole when the
-    timeout passes (TimeoutError) or the call is cancelled."""
+    """`git <args>` (see `command`)."""
+    return await command(["git", *args], timeout_sec)
+
+
+async def command(argv: list[str], timeout_sec: float, cwd: Path | None = None) -> GitRun:
+    """`argv` run without a shell or the worker's secrets, never prompting, in a process group
+    of its own that is killed whole when the timeout passes (TimeoutError) or the call is
+    cancelled; the tails of its output."""
     process = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
+        *argv,
+        cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -13,6 +13,7 @@ from bloom.domain.clock import system_clock
 from bloom.memory.settings import MemorySettings, load_memory_settings
 from bloom.web.settings import SettingsError
 from bloom.worker.agent import Worker
+from bloom.worker.process_control import reexec
 from bloom.worker.settings import WorkerSettings
 
 log = structlog.get_logger("bloom.worker")
@@ -31,7 +32,11 @@ def run_worker(settings: WorkerSettings) -> int:
         return 2
     settings = settings.model_copy(update={"claude_bin": binary})
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
-    return asyncio.run(_serve(settings))
+    code, restart = asyncio.run(_serve(settings))
+    if restart:
+        log.info("worker_restarting")
+        reexec()
+    return code
 
 
 def membridge_client(settings: WorkerSettings) -> MembridgeClient | None:
@@ -57,11 +62,12 @@ def memory_settings(settings: WorkerSettings) -> MemorySettings | None:
     return memory.model_copy(update={"node_id": settings.name})
 
 
-async def _serve(settings: WorkerSettings) -> int:
+async def _serve(settings: WorkerSettings) -> tuple[int, bool]:
+    """Run the worker; its exit status, and whether its agent asked it to start again."""
     async with RuntimeClient(settings.runtime_url, settings.api_key_value) as client:
         worker = Worker(settings, client, membridge_client(settings), memory_settings(settings))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, worker.stop)
         await worker.run()
-    return 2 if worker.refused else 0
+    return (2 if worker.refused else 0), worker.restart

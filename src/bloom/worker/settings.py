@@ -141,6 +141,18 @@ class WorkerSettings(ServiceSettings):
         description="Serve the agent's /clone: the runtime's managed projects are cloned (or "
         "pulled) with git under the repositories' base. Only with an agent key (else 403).",
     )
+    allow_process_control: bool = Field(
+        False,
+        validation_alias=_env("BLOOM_WORKER_ALLOW_PROCESS_CONTROL"),
+        description="Serve the agent's /restart, /self-update and /uninstall (the runtime's "
+        "agent-restart, agent-update, agent-uninstall). Only with an agent key (else 403).",
+    )
+    checkout: Path | None = Field(
+        None,
+        validation_alias=_env("BLOOM_WORKER_CHECKOUT"),
+        description="The git checkout /self-update pulls and syncs (default: the one this bloom "
+        "runs from, when it is a checkout).",
+    )
     repos_base: Path = Field(
         Path("~/projects"),
         validation_alias=_env("BLOOM_WORKER_REPOS_BASE", "MEMBRIDGE_REPOS_BASE"),
@@ -167,12 +179,29 @@ class WorkerSettings(ServiceSettings):
     @property
     def clone_refused(self) -> str | None:
         """Why the agent's /clone is not served (None: it is)."""
-        if not self.allow_clone:
-            return (
-                "Clone is disabled: start the worker with --allow-clone (BLOOM_WORKER_ALLOW_CLONE)."
-            )
+        return self._opt_in_refused(
+            self.allow_clone, "Clone", "--allow-clone", "BLOOM_WORKER_ALLOW_CLONE", "runs git"
+        )
+
+    @property
+    def process_control_refused(self) -> str | None:
+        """Why the agent's /restart, /self-update and /uninstall are not served (None: they
+        are)."""
+        return self._opt_in_refused(
+            self.allow_process_control,
+            "Process control",
+            "--allow-process-control",
+            "BLOOM_WORKER_ALLOW_PROCESS_CONTROL",
+            "restarts, updates or stops this worker",
+        )
+
+    def _opt_in_refused(
+        self, allowed: bool, what: str, option: str, env: str, does: str
+    ) -> str | None:
+        if not allowed:
+            return f"{what} is disabled: start the worker with {option} ({env})."
         if not self.agent_key.get_secret_value():
-            return "Clone needs an agent key (BLOOM_AGENT_KEY): it runs git on this machine."
+            return f"{what} needs an agent key (BLOOM_AGENT_KEY): it {does} on this machine."
         return None
 
     @property
