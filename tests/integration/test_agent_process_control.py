@@ -1,6 +1,7 @@
 """The worker's process control on its agent surface (served on a real port): refused unless
 opted in with a key; restart and uninstall drain the worker (then start again, or not);
-self-update fast-forwards a real checkout over HTTP and restarts only when every step worked."""
+self-update fast-forwards a real checkout over HTTP and restarts only when every step worked.
+And who may scrape the worker's metrics there."""
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -125,3 +126,14 @@ async def test_self_update_outside_a_checkout_is_a_failure(tmp_path: Path) -> No
         answer = (await http.post("/self-update", headers=AUTH)).json()
     assert (answer["ok"], answer["detail"]) == (False, f"{tmp_path} is not a git checkout")
     assert stops == []
+
+
+async def test_the_workers_metrics_need_the_agent_key_unless_public() -> None:
+    async with agent(allowed(), []) as http:
+        assert (await http.get("/metrics")).status_code == 401
+        scraped = await http.get("/metrics", headers=AUTH)
+        assert scraped.status_code == 200
+        assert scraped.headers["content-type"].startswith("text/plain")
+        assert "bloom_worker_slots 1.0" in scraped.text
+    async with agent(allowed(metrics_public=True), []) as http:
+        assert (await http.get("/metrics")).status_code == 200

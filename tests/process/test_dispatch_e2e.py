@@ -5,6 +5,7 @@ and another worker finishes the task; told to restart, it finishes its task and 
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.db import DatabaseProbe
 from tests.support.net import free_port
@@ -28,7 +29,7 @@ def agent_worker(stack: Stack, name: str) -> str:
 def test_a_dispatched_task_runs_on_the_agent_with_live_output(
     stack: Stack, probe: DatabaseProbe
 ) -> None:
-    agent_worker(stack, "node-a")
+    url = agent_worker(stack, "node-a")
     task_id = stack.submit("pushed, not pulled")
     sent = stack.http.post(f"/llm-tasks/{task_id}/dispatch", json={"worker_id": "node-a"})
     assert sent.status_code == 200, sent.text
@@ -46,6 +47,17 @@ def test_a_dispatched_task_runs_on_the_agent_with_live_output(
     assert actions[:3] == ["task_created", "task_leased", "task_dispatched"]
     assert actions[-1] == "task_completed"
     assert len(probe.leases_of(task_id)) == 1  # run once: no claim handed it out again
+    # the worker's own metrics, as Prometheus reads them
+    scraped = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
+        for sample in family.samples
+    }
+    assert scraped[("bloom_worker_attempts_total", (("outcome", "success"),))] == 1
+    assert scraped[("bloom_worker_attempt_run_seconds_count", ())] == 1
+    assert scraped[("bloom_worker_cost_usd_total", ())] > 0
+    assert scraped[("bloom_worker_running_tasks", ())] == 0
+    assert scraped[("bloom_worker_slots", ())] == 1
 
 
 def test_an_agent_killed_mid_task_leaves_the_task_to_another_worker(

@@ -19,6 +19,7 @@ from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
+from bloom.worker import metrics
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
@@ -233,12 +234,14 @@ class Worker:
                 grant = claim.result()
             except (RuntimeUnreachable, RuntimeApiError) as exc:
                 failures += 1
+                metrics.claim_answered("failed")
                 log.warning("claim_failed", error=str(exc), attempt=failures)
                 if isinstance(exc, RuntimeApiError) and exc.status == 404:
                     await self._register()  # the runtime forgot us: introduce ourselves again
                 await self._sleep(min(0.5 * 2**failures, RETRY_MAX_SEC))
                 continue
             failures = 0
+            metrics.claim_answered("empty" if grant is None else "granted")
             if grant is not None:
                 await self._run(grant)
 

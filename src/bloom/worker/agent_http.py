@@ -6,6 +6,7 @@ task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.m
   so the task runs exactly as a claimed one does (heartbeats, live output, one fenced complete);
   the answer comes at once (`{ok: true, accepted: true}`), the run goes on in the background.
 - `GET /status`: the tasks running here; with `?project=`, that project's memory too.
+- `GET /metrics`: Prometheus' text format (`worker/metrics.py`).
 - `POST /sync/pull`, `POST /sync/push` (`{project}`; also `/pull`, `/push`), `GET|POST /doctor`:
   memory sync on this node (docs/memory-sync.md), answered as the reference agent answers:
   `ok` (exit code 0), `returncode` (1 error, 2 primary refused pull, 3 secondary blocked push),
@@ -32,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bloom import __version__
@@ -45,7 +47,7 @@ from bloom.domain.memory import ExitCode, Report
 from bloom.memory.actions import Action, perform
 from bloom.memory.settings import MemorySettings
 from bloom.web.settings import SettingsError
-from bloom.worker import process_control
+from bloom.worker import metrics, process_control
 from bloom.worker.clone import Checkout, CloneRefused, check_out
 from bloom.worker.settings import WorkerSettings
 
@@ -82,6 +84,7 @@ class AgentSurface:
         routes = [
             Route("/health", self.health, methods=["GET"]),
             Route("/status", self.status, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
             Route("/execute-task", self.execute, methods=["POST"]),
             *(
                 Route(path, self._memory_route(action), methods=["POST"])
@@ -123,6 +126,15 @@ class AgentSurface:
                 },
             }
         )
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus' text format; the agent key, when set, unless BLOOM_METRICS_PUBLIC."""
+        if not self.settings.metrics_public:
+            refused = self._refused(request)
+            if refused is not None:
+                return refused
+        text = metrics.scrape(len(self.running()), self.settings.max_concurrency)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     async def status(self, request: Request) -> JSONResponse:
         refused = self._refused(request)

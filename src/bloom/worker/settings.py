@@ -141,6 +141,11 @@ class WorkerSettings(ServiceSettings):
         description="Serve the agent's /clone: the runtime's managed projects are cloned (or "
         "pulled) with git under the repositories' base. Only with an agent key (else 403).",
     )
+    metrics_public: bool = Field(
+        False,
+        validation_alias=_env("BLOOM_METRICS_PUBLIC"),
+        description="Serve the agent surface's /metrics without the agent key.",
+    )
     allow_process_control: bool = Field(
         False,
         validation_alias=_env("BLOOM_WORKER_ALLOW_PROCESS_CONTROL"),

@@ -22,6 +22,7 @@ import structlog
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant, HeartbeatReply, HeartbeatRequest
 from bloom.domain.retry import ErrorCode
+from bloom.worker import metrics
 from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
@@ -173,6 +174,7 @@ class TaskRun:
             self.pause.until_ms = max(self.pause.until_ms, until)
             outcome = replace(outcome, retry_at=until)
         await self._report(outcome)
+        metrics.attempt_ended(outcome, report.duration_ms)
         self.log.info(
             "task_done",
             task_id=task_id,
