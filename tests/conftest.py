@@ -26,6 +26,7 @@ from bloom.worker import claude_cli
 from tests.support.clock import FakeClock
 from tests.support.databases import TEMPLATE_DB, fresh_postgres_url, fresh_sqlite_url, make_settings
 from tests.support.db import DatabaseProbe
+from tests.support.git import GitServer
 from tests.support.membridge import (
     MEMBRIDGE_TEMPLATE_DB,
     fresh_membridge_postgres_url,
@@ -37,6 +38,15 @@ from tests.support.required import unavailable
 from tests.support.s3 import Bucket, MotoServer, TcpProxy, new_bucket_name
 from tests.support.server import RuntimeProcess
 from tests.support.worker import claude_binary
+
+
+@pytest.fixture
+def git_server(tmp_path: Path) -> Iterator[GitServer]:
+    """Git repositories served over HTTP from the test's directory while the test runs."""
+    server = GitServer(tmp_path / "git")
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 repository served over dumb HTTP: refused unless opted in (and keyed), the key required, the
 target confined to the repositories' base by path components, a clone, then a pull."""
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,14 +20,6 @@ AUTH = {"X-MEMBRIDGE-AGENT": KEY}
 
 async def nothing(_: object) -> bool:
     return False
-
-
-@pytest.fixture
-def git_server(tmp_path: Path) -> Iterator[GitServer]:
-    server = GitServer(tmp_path / "git")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

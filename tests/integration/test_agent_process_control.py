@@ -3,7 +3,7 @@ opted in with a key; restart and uninstall drain the worker (then start again, o
 self-update fast-forwards a real checkout over HTTP and restarts only when every step worked.
 And who may scrape the worker's metrics there."""
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -40,14 +40,6 @@ def allowed(**settings: object) -> WorkerSettings:
         "allow_process_control": True,
     }
     return WorkerSettings(**(values | settings))  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def git_server(tmp_path: Path) -> Iterator[GitServer]:
-    server = GitServer(tmp_path / "git")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.mark.parametrize(
