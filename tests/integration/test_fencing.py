@@ -174,3 +174,42 @@ async def test_repeated_complete_replays_the_first_outcome(
         assert again.json() == first.json()
         assert probe.snapshot(task["id"]) == before
     assert len(probe.results()) == len(probe.artifacts()) == 1
+
+
+async def test_a_grant_answered_late_is_sent_with_time_to_acknowledge_or_not_at_all(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    """An overloaded server may commit a grant and answer with it much later. The answer then
+    gives the worker at least half the acknowledgement window again; a grant whose lease has
+    lapsed meanwhile (and may be reaped and granted to another) is never sent."""
+    leases = container_of(client).leases
+    try_claim = leases._try_claim
+    delay_sec: list[float] = []
+
+    async def answered_late(*args: Any, **kwargs: Any) -> Any:
+        claimed = await try_claim(*args, **kwargs)
+        if claimed is not None and delay_sec:
+            clock.advance(delay_sec.pop())  # the answer waits in a busy event loop
+        return claimed
+
+    leases._try_claim = answered_late
+    await register_worker(client, "w1", slots=2)
+    late = await create_task(client)
+    delay_sec.append(25)  # of the 30 s window
+    grant = await claim(client, "w1")
+    assert grant is not None
+    assert grant["task"]["id"] == late["id"]
+    assert grant["lease"]["expires_at"] == clock.now + 30_000
+    beat = await client.post(
+        f"{API}/llm-tasks/{late['id']}/heartbeat", json={"lease_id": grant["lease"]["id"]}
+    )
+    assert beat.status_code == 200  # still the worker's
+
+    lapsed = await create_task(client)
+    delay_sec.append(31)  # past the window: the lease may be reaped and granted to another
+    assert await claim(client, "w1") is None
+    assert await container_of(client).reaper.reap_once() == 1
+    await register_worker(client, "w2")
+    other = await claim(client, "w2")
+    assert other is not None
+    assert other["task"]["id"] == lapsed["id"]  # the one worker that was ever told of it

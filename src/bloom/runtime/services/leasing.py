@@ -9,6 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
+import structlog
+
 from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
@@ -20,6 +22,8 @@ from bloom.runtime.services import metrics
 from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, wait_for_signal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+
+log = structlog.get_logger(__name__)
 
 NO_WORKER = "No available worker with free capacity"
 
@@ -186,6 +190,8 @@ class LeaseService:
             claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
             first = False
             if claimed is not None:
+                claimed = await self._deliverable(claimed)
+            if claimed is not None:
                 metrics.claim_answered(True, time.monotonic() - started)
                 return claimed
             remaining = deadline - time.monotonic()
@@ -195,6 +201,27 @@ class LeaseService:
             await wait_for_signal(waiter, min(remaining, self.settings.claim_recheck_sec))
             if gone is not None and await gone():
                 return None
+
+    async def _deliverable(self, claimed: Claimed) -> Claimed | None:
+        """The grant as it may be sent now: with at least half the acknowledgement window left
+        for the worker's first heartbeat (an overloaded server can take long between committing
+        a grant and answering with it), or None when its lease lapsed meanwhile, so that no
+        worker is ever handed a lease that may already be another's."""
+        now = self.clock()
+        window_ms = self.settings.claim_ack_sec * 1000
+        if claimed.lease.expires_at - now >= window_ms // 2:
+            return claimed
+        async with self.db.write() as tx:
+            lease = await tx.leases.hold_for_delivery(claimed.lease.id, now, now + window_ms)
+        if lease is None:
+            log.warning(
+                "grant_lapsed_before_delivery",
+                task_id=claimed.task.id,
+                lease_id=claimed.lease.id,
+                worker_id=claimed.lease.worker_id,
+            )
+            return None
+        return Claimed(lease, claimed.task)
 
     async def _try_claim(
         self, worker_id: str, ttl_sec: int | None, *, touch: bool

@@ -81,6 +81,17 @@ _RENEW = (
     )
     .returning(*LEASE_COLUMNS, *_TASK_STATE.values())
 )
+_HOLD_FOR_DELIVERY = (
+    update(lz)
+    .where(
+        lz.c.id == bindparam("b_id"),
+        ACTIVE,
+        lz.c.expires_at >= bindparam("b_now"),
+        lz.c.expires_at < bindparam("b_until"),
+    )
+    .values(expires_at=bindparam("b_until"))
+    .returning(*LEASE_COLUMNS)
+)
 _END = (
     update(lz)
     .where(lz.c.id == bindparam("b_id"), ACTIVE, lz.c.expires_at >= bindparam("b_now"))
@@ -202,6 +213,17 @@ class LeaseRepository(Repository):
         task_status = TaskStatus(values.pop("task_status"))
         cancel_requested = bool(values.pop("task_cancel_requested"))
         return Renewal(to_entity(Lease, values), task_status, cancel_requested)
+
+    async def hold_for_delivery(self, lease_id: str, now: int, until: int) -> Lease | None:
+        """Push a live lease's expiry out to `until` (never nearer); None if it has lapsed."""
+        params = {"b_id": lease_id, "b_now": now, "b_until": until}
+        lease = await self.one(Lease, _HOLD_FOR_DELIVERY, params)
+        return lease if lease is not None else await self._live(lease_id, now)
+
+    async def _live(self, lease_id: str, now: int) -> Lease | None:
+        lease = await self.get(lease_id)
+        live = lease is not None and lease.status is LeaseStatus.ACTIVE and lease.expires_at >= now
+        return lease if live else None
 
     async def end(self, lease_id: str, status: LeaseStatus, now: int) -> Lease | None:
         """Compare-and-set a live (active, not overdue) lease to `status`; None if it was not."""
