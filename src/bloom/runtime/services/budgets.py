@@ -3,7 +3,6 @@ against its project inside the complete's transaction (a warning at 80 %, a hold
 project's queued tasks once a window is spent); and the queue woken when a hold ends."""
 
 import asyncio
-import contextlib
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -258,11 +257,15 @@ class HoldReleases:
         while not self._stopping:
             self._changed.clear()
             delay, soonest = RELEASE_RECHECK_SEC, None
-            with contextlib.suppress(DatabaseUnavailable):
+            try:
                 async with self.db.read() as tx:
                     soonest = await tx.budgets.next_release(self.clock())
-                if soonest is not None:
-                    delay = min(delay, max((soonest - self.clock()) / 1000, 0) + 0.01)
+            except DatabaseUnavailable:
+                pass  # said once, by the database's availability; read again later
+            except Exception:
+                log.exception("budget_releases_failed")
+            if soonest is not None:
+                delay = min(delay, max((soonest - self.clock()) / 1000, 0) + 0.01)
             try:
                 await asyncio.wait_for(self._changed.wait(), delay)
             except TimeoutError:
