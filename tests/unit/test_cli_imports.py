@@ -9,6 +9,7 @@ import sys
 
 from typer.testing import CliRunner
 
+import bloom
 from bloom.cli import main
 
 HEAVY = (
@@ -44,6 +45,7 @@ def test_help_imports_nothing_heavy() -> None:
     invocations = [
         ["--help"],
         ["version"],
+        ["--version"],
         *(args for args in groups if args[0] not in HEAVY_HELP),
     ]
     probe = subprocess.run(
@@ -68,6 +70,12 @@ def test_listing_shows_each_command_as_it_is() -> None:
         assert " ".join((loaded.help or "").split("\n\n")[0].split()) == lazy.help, lazy.name
 
 
+def test_the_version_is_an_option_and_a_command() -> None:
+    for args in (["--version"], ["version"]):
+        result = CliRunner().invoke(main.app, args)
+        assert (result.exit_code, result.stdout) == (0, f"{bloom.__version__}\n"), args
+
+
 def test_a_hidden_alias_runs_its_command() -> None:
     result = CliRunner().invoke(main.app, ["artifacts", "--help"])
     assert result.exit_code == 0
@@ -90,7 +98,5 @@ def test_bloom_help_does_not_read_package_metadata() -> None:
 
 def test_the_version_written_in_the_package_is_the_installed_one() -> None:
     from importlib.metadata import version
-
-    import bloom
 
     assert bloom.__version__ == version("bloom-runtime")

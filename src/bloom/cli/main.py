@@ -6,6 +6,7 @@ imports no more than Typer, so `bloom --help` and every `bloom …` process star
 import os
 import signal
 import threading
+from typing import Annotated
 
 import typer
 
@@ -83,8 +84,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
-def settings_file() -> None:
+def settings_file(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Read BLOOM_ENV_FILE, when set, before any command (refused when others may read it).
     Ctrl-C always interrupts, even when the parent started us with SIGINT ignored (as a
     non-interactive shell does for `cmd &`): every command that waits says so on Ctrl-C.
