@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -16,6 +17,52 @@ STOP_TIMEOUT_SEC = 20.0
 LOG_TAIL_CHARS = 3000
 # Settings the server must not inherit from the caller's shell: the bench sets its own.
 INHERITED_OUT = ("RUNTIME_API_KEY", "BLOOM_API_KEY", "BLOOM_HOST", "BLOOM_PORT", "PORT")
+
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """A process and its descendants together: resident memory, open descriptors, CPU used."""
+
+    rss_kb: int
+    fds: int
+    cpu_sec: float
+
+
+def on_linux() -> bool:
+    """Whether /proc can be read for a process's memory and descriptors."""
+    return PROC.joinpath("self", "fd").is_dir()
+
+
+def process_tree(pid: int) -> ProcessUsage:
+    """`pid` and its descendants, from /proc (Linux only)."""
+    children: dict[int, list[int]] = {}
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    rss_kb = fds = ticks = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        pending.extend(children.get(current, []))
+        try:
+            status = (PROC / str(current) / "status").read_text()
+            fields = (PROC / str(current) / "stat").read_text().rsplit(")", 1)[1].split()
+            fds += len(os.listdir(PROC / str(current) / "fd"))
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss_kb += int(line.split()[1])
+    return ProcessUsage(rss_kb, fds, ticks / os.sysconf("SC_CLK_TCK"))
 
 
 class ServerError(RuntimeError):

@@ -10,7 +10,6 @@ end (the median of its last fifth): a leak shows as growth there, a steady state
 """
 
 import asyncio
-import os
 import statistics
 import tempfile
 import time
@@ -25,13 +24,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bloom.bench.api import RuntimeApi, Tally
-from bloom.bench.server import OwnServer
+from bloom.bench.server import OwnServer, on_linux, process_tree
 from bloom.db.database import StorageKind, resolve_database
 from bloom.runtime.storage.vitals import DatabaseVitals, read_vitals
 
 CLAIM_WAIT_SEC = 5.0
 MIN_ROWS_PER_SIZE = 100
-PROC = Path("/proc")
 
 
 class SoakUsageError(ValueError):
@@ -137,7 +135,7 @@ async def run_soak(
     options: SoakOptions, on_sample: Callable[[Sample], None] | None = None
 ) -> SoakReport:
     """Run the fleet against a server of the bench's own for `options.duration` seconds."""
-    if not PROC.joinpath("self", "fd").is_dir():
+    if not on_linux():
         raise SoakUsageError("soak mode reads the server's memory from /proc: Linux only")
     if options.rate <= 0 or options.sample_every <= 0:
         raise SoakUsageError("--rate and --sample-every must be positive")
@@ -158,7 +156,8 @@ async def run_soak(
 
             async def sample() -> None:
                 vitals = await asyncio.to_thread(read_vitals, target)
-                rss_kb, fds = _process_tree(server.pid)
+                usage = process_tree(server.pid)
+                rss_kb, fds = usage.rss_kb, usage.fds
                 at = round(time.monotonic() - started, 1)
                 taken = Sample(at, fleet.cycles, tally.errors, rss_kb, fds, vitals)
                 report.samples.append(taken)
@@ -229,33 +228,6 @@ class _Fleet:
     def close(self) -> None:
         for api in self.apis:
             api.close()
-
-
-def _process_tree(pid: int) -> tuple[int, int]:
-    """Resident memory (KiB) and open descriptors of `pid` and its descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    rss_kb = fds = 0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        pending.extend(children.get(current, []))
-        try:
-            status = (PROC / str(current) / "status").read_text()
-            fds += len(os.listdir(PROC / str(current) / "fd"))
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                rss_kb += int(line.split()[1])
-    return rss_kb, fds
 
 
 def as_json(report: SoakReport) -> dict[str, Any]:

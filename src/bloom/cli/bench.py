@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from bloom.bench import dashboard as dashboard_mode
+from bloom.bench import fleet as fleet_mode
 from bloom.bench import soak as soak_mode
 from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
@@ -102,6 +103,22 @@ def bench(
     sample_every: Annotated[
         float, typer.Option(min=0.5, help="Soak mode: seconds between samples.")
     ] = 60.0,
+    fleet: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Fleet mode: this many workers long-poll at once against a server of the "
+            "bench's own; its idle CPU, then --tasks tasks --interval apart: create-to-start "
+            "latency, memory, and no task granted twice.",
+        ),
+    ] = None,
+    tasks: Annotated[int, typer.Option(min=1, help="Fleet mode: tasks created.")] = 50,
+    interval: Annotated[
+        float, typer.Option(min=0, help="Fleet mode: seconds between two creates.")
+    ] = 0.1,
+    idle: Annotated[
+        float, typer.Option(min=0.5, help="Fleet mode: seconds the idle CPU is measured over.")
+    ] = 10.0,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -118,6 +135,8 @@ def bench(
 
     Soak mode (--soak 3600 --rate 20): a steady load for an hour; does anything grow?
 
+    Fleet mode (--fleet 2000 --tasks 50): thousands of waiting workers; idle CPU, latency.
+
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
 
     See docs/benchmarks.md.
@@ -127,6 +146,16 @@ def bench(
         if url or depth:
             raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
         _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
+        return
+    if fleet is not None:
+        if url or depth or soak is not None:
+            raise typer.BadParameter(
+                "--fleet starts a server of its own: no --url, --depth, --soak"
+            )
+        fleet_options = fleet_mode.FleetOptions(
+            fleet, tasks, interval, idle, database_url=database_url, server_workers=server_workers
+        )
+        _fleet(fleet_options, err, json_output)
         return
     if soak is not None:
         if url or depth:
@@ -200,12 +229,30 @@ def _soak(options: soak_mode.SoakOptions, err: Console, json_output: bool) -> No
         raise typer.Exit(1)
 
 
+def _fleet(options: fleet_mode.FleetOptions, err: Console, json_output: bool) -> None:
+    """Fleet mode: one table (or JSON) at the end; exit 1 unless every task started, once."""
+    err.print(f"fleet: {options.workers} workers registering and waiting", highlight=False)
+    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report = runner.run(_until_terminated(fleet_mode.run_fleet(options)))
+    if json_output:
+        print_json(fleet_mode.as_json(report))
+    else:
+        fleet_mode.render(report, Console())
+    if not report.safe:
+        raise typer.Exit(1)
+
+
 @contextmanager
 def _failures(err: Console) -> Iterator[None]:
     """A server-starting mode's failures as exits: usage 2, failed 1, interrupted 130."""
     try:
         yield
-    except (BenchUsageError, soak_mode.SoakUsageError, DatabaseUrlError) as exc:
+    except (
+        BenchUsageError,
+        soak_mode.SoakUsageError,
+        fleet_mode.FleetUsageError,
+        DatabaseUrlError,
+    ) as exc:
         raise typer.BadParameter(str(exc)) from None
     except (ServerError, HttpClientError, RuntimeError) as exc:
         err.print(f"[bold red]bench failed:[/] {exc}", highlight=False)

@@ -1,0 +1,243 @@
+"""Fleet mode: many workers waiting at once, and a trickle of tasks (issue 19's fleet scale).
+
+The bench starts its own `bloom runtime serve` and registers `workers` simulated workers, each
+long-polling `POST /workers/{id}/claim` (`wait_seconds` 20 by default) and claiming again as
+soon as a claim ends, as a real worker's idle slot does. Once they all wait, the server's CPU
+over an idle window says what waiting costs. Then `tasks` tasks are created `interval` seconds
+apart; a worker given one heartbeats and completes it at once, then waits again. Measured:
+
+- idle CPU: the server's processes' CPU time over the idle window, in % of one core;
+- create → start: from the create's answer to the grant's arrival at a worker (one clock, the
+  bench's), p50 and p99;
+- the server's resident memory once the tasks are done;
+- safety: a task granted to more than one worker, or a complete refused (the worker's lease was
+  no longer its own), is counted; under any load both must stay 0.
+"""
+
+import asyncio
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from contextlib import AsyncExitStack, suppress
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bloom.bench.api import RuntimeApi, Tally
+from bloom.bench.server import OwnServer, on_linux, process_tree
+from bloom.bench.stats import Latency
+from bloom.db.database import StorageKind, resolve_database
+
+REGISTER_AT_ONCE = 100
+SETTLE_SEC_PER_WORKER = 0.002
+"""How long the bench lets the workers' first claims reach the server, per worker (1 s at least)."""
+DONE_GRACE_SEC = 60.0
+ERROR_PAUSE_SEC = 0.5
+
+
+class FleetUsageError(ValueError):
+    """Options that do not go together, or a machine fleet mode cannot read."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOptions:
+    workers: int = 2000
+    tasks: int = 50
+    interval: float = 0.1
+    """Seconds between two creates."""
+    idle: float = 10.0
+    """Seconds of the idle window, every worker waiting."""
+    wait: float = 20.0
+    """Each claim's `wait_seconds`."""
+    database_url: str | None = None
+    server_workers: int = 1
+
+
+@dataclass(slots=True)
+class FleetReport:
+    options: FleetOptions
+    storage: str
+    idle_cpu_percent: float = 0.0
+    rss_kb: int = 0
+    start_latency: Latency = field(default_factory=lambda: Latency.of([]))
+    created: int = 0
+    started: int = 0
+    completed: int = 0
+    granted_twice: int = 0
+    requests: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        """No task granted twice, no complete refused, every task started."""
+        return self.granted_twice == 0 and self.errors == 0 and self.started == self.created
+
+
+async def run_fleet(options: FleetOptions) -> FleetReport:
+    """Register the fleet, measure it idle, then feed it tasks; see the module's text."""
+    if not on_linux():
+        raise FleetUsageError("fleet mode reads the server's CPU and memory from /proc: Linux only")
+    if options.workers < 1 or options.tasks < 1 or options.interval < 0 or options.idle <= 0:
+        raise FleetUsageError(
+            "--fleet, --tasks and --idle must be positive, --interval not negative"
+        )
+    async with AsyncExitStack() as stack:
+        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-fleet-")))
+        database_url = options.database_url or f"sqlite:///{data_dir / 'fleet.db'}"
+        target = resolve_database(database_url, data_dir)
+        if options.server_workers > 1 and target.kind is StorageKind.SQLITE:
+            raise FleetUsageError("--server-workers above 1 needs a postgresql:// --database-url")
+        server = OwnServer(database_url, options.server_workers, data_dir)
+        endpoint = await stack.enter_async_context(server)
+        tally = Tally()
+        fleet = _Fleet(options, [RuntimeApi(endpoint, tally) for _ in range(options.workers)])
+        creator = RuntimeApi(endpoint, tally)
+        report = FleetReport(options, str(target.kind))
+        try:
+            await fleet.register()
+            waiting = asyncio.ensure_future(fleet.run())
+            await asyncio.sleep(max(1.0, options.workers * SETTLE_SEC_PER_WORKER))
+            before = process_tree(server.pid).cpu_sec
+            await asyncio.sleep(options.idle)
+            report.idle_cpu_percent = round(
+                100 * (process_tree(server.pid).cpu_sec - before) / options.idle, 1
+            )
+            for n in range(options.tasks):
+                task_id = await creator.create_task(f"fleet-{fleet.run_id}-{n}")
+                if task_id is not None:
+                    fleet.created_at[task_id] = time.monotonic()
+                await asyncio.sleep(options.interval)
+            await fleet.all_done(options.wait + DONE_GRACE_SEC)
+            report.rss_kb = process_tree(server.pid).rss_kb
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+        finally:
+            fleet.close()
+            creator.close()
+        report.created = len(fleet.created_at)
+        report.started = len(fleet.started_at)
+        report.completed = fleet.completed
+        report.granted_twice = sum(1 for grants in fleet.grants.values() if grants > 1)
+        report.start_latency = Latency.of(
+            [
+                fleet.started_at[task_id] - created
+                for task_id, created in fleet.created_at.items()
+                if task_id in fleet.started_at
+            ]
+        )
+        report.requests, report.errors = tally.requests, tally.errors
+        report.error_samples = tally.samples
+        return report
+    raise AssertionError("unreachable")  # pragma: no cover - AsyncExitStack may swallow
+
+
+class _Fleet:
+    """The simulated workers: one connection each, one slot each, long-polling."""
+
+    def __init__(self, options: FleetOptions, apis: list[RuntimeApi]):
+        self.run_id = uuid.uuid4().hex[:8]
+        self.options = options
+        self.apis = apis
+        self.names = [f"fleet-{self.run_id}-{i}" for i in range(len(apis))]
+        self.created_at: dict[str, float] = {}
+        self.started_at: dict[str, float] = {}
+        self.grants: defaultdict[str, int] = defaultdict(int)
+        self.completed = 0
+        self._done = asyncio.Event()
+
+    async def register(self) -> None:
+        pairs = list(zip(self.apis, self.names, strict=True))
+        for first in range(0, len(pairs), REGISTER_AT_ONCE):
+            batch = pairs[first : first + REGISTER_AT_ONCE]
+            done = await asyncio.gather(*(api.register_worker(name) for api, name in batch))
+            if not all(done):
+                raise RuntimeError(
+                    f"could not register the simulated workers: {self.apis[0].tally}"
+                )
+
+    async def run(self) -> None:
+        await asyncio.gather(
+            *(self._worker(api, name) for api, name in zip(self.apis, self.names, strict=True))
+        )
+
+    async def _worker(self, api: RuntimeApi, name: str) -> None:
+        while True:
+            asked = time.monotonic()
+            claim = await api.claim(name, self.options.wait)
+            if claim is None:
+                if time.monotonic() - asked < self.options.wait / 2:
+                    await asyncio.sleep(ERROR_PAUSE_SEC)  # an error, not a wait: no hot loop
+                continue
+            self.started_at.setdefault(claim.task_id, time.monotonic())
+            self.grants[claim.task_id] += 1
+            if await api.heartbeat(claim) and await api.complete(claim):
+                self.completed += 1
+                if self.completed >= self.options.tasks:
+                    self._done.set()
+
+    async def all_done(self, limit_sec: float) -> None:
+        """Until every created task completed, or `limit_sec` passed since the last create."""
+        if self.completed < len(self.created_at):
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._done.wait(), limit_sec)
+
+    def close(self) -> None:
+        for api in self.apis:
+            api.close()
+
+
+def as_json(report: FleetReport) -> dict[str, Any]:
+    return {
+        "mode": "fleet",
+        "storage": report.storage,
+        "options": asdict(report.options),
+        "idle_cpu_percent": report.idle_cpu_percent,
+        "rss_mib": round(report.rss_kb / 1024, 1),
+        "create_to_start": report.start_latency.as_dict(),
+        "created": report.created,
+        "started": report.started,
+        "completed": report.completed,
+        "granted_twice": report.granted_twice,
+        "requests": report.requests,
+        "errors": report.errors,
+        "error_samples": report.error_samples,
+        "safe": report.safe,
+    }
+
+
+def render(report: FleetReport, console: Console) -> None:
+    options = report.options
+    table = Table(
+        title=f"bloom bench --fleet: {options.workers} workers waiting "
+        f"(claims of {options.wait:g} s), {options.tasks} tasks {options.interval:g} s apart, "
+        f"{report.storage}"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    latency = report.start_latency
+    for figure, value in (
+        (f"server CPU, idle {options.idle:g} s", f"{report.idle_cpu_percent:g} % of a core"),
+        ("server RSS", f"{report.rss_kb / 1024:.1f} MiB"),
+        ("create → start p50", _ms(latency.p50_ms)),
+        ("create → start p99", _ms(latency.p99_ms)),
+        (
+            "tasks created / started / completed",
+            f"{report.created} / {report.started} / {report.completed}",
+        ),
+        ("tasks granted to two workers", str(report.granted_twice)),
+    ):
+        table.add_row(figure, value)
+    console.print(table)
+    style = "green" if report.safe else "bold red"
+    console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
+    for sample in report.error_samples:
+        console.print(f"  [red]{sample}[/]", markup=False)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
