@@ -260,6 +260,9 @@ def build_container(
     container.loops.append(ReaperLoop(reaper, settings.reaper_interval_sec, clock))
     container.loops.append(releases)
     container.loops.append(
+        PeriodicLoop("claims-ready", container.leases.wake_if_ready, settings.claim_recheck_sec)
+    )
+    container.loops.append(
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
     )
     container.loops.append(

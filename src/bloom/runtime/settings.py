@@ -91,7 +91,8 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         2.0,
         gt=0,
         validation_alias=bloom_env("CLAIM_RECHECK_SEC"),
-        description="Safety net for a waiting claim; wake-ups themselves are immediate.",
+        description="How often the process looks for work no wake-up announced (one read for "
+        "all its waiting claims), and a waiting claim checks its caller is still there.",
     )
     reaper_interval_sec: float = Field(
         30.0, gt=0, validation_alias=bloom_env("REAPER_INTERVAL_SEC")

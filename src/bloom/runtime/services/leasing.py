@@ -69,6 +69,8 @@ class LeaseService:
         self.signal = signal
         self.clock = clock
         self.settings = settings
+        self.waiting = 0
+        """Claims of this process waiting now."""
 
     async def lease(
         self,
@@ -184,23 +186,44 @@ class LeaseService:
             wait_sec = self.settings.claim_wait_sec
         started = time.monotonic()
         deadline = started + wait_sec
-        first = True
+        first = woken = True
         while True:
             waiter = self.signal.waiter()
-            claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
-            first = False
-            if claimed is not None:
-                claimed = await self._deliverable(claimed)
-            if claimed is not None:
-                metrics.claim_answered(True, time.monotonic() - started)
-                return claimed
+            if woken:
+                claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
+                first = False
+                if claimed is not None:
+                    claimed = await self._deliverable(claimed)
+                if claimed is not None:
+                    metrics.claim_answered(True, time.monotonic() - started)
+                    return claimed
             remaining = deadline - time.monotonic()
             if remaining <= 0 or (gone is not None and await gone()):
                 metrics.claim_answered(False, time.monotonic() - started)
                 return None
-            await wait_for_signal(waiter, min(remaining, self.settings.claim_recheck_sec))
+            self.waiting += 1
+            try:
+                # Woken by a change, or by `wake_if_ready`; a timeout only looks at the caller.
+                woken = await wait_for_signal(
+                    waiter, min(remaining, self.settings.claim_recheck_sec)
+                )
+            finally:
+                self.waiting -= 1
             if gone is not None and await gone():
                 return None
+
+    async def wake_if_ready(self) -> None:
+        """Wake this process's waiting claims when work is there that no change announced: a
+        backoff that ended, a sticky wait that ran out, another process's notification that was
+        lost. One read for the whole process every `claim_recheck_sec`, instead of each waiting
+        claim looking again (2,000 waiting claims looked 1,000 times a second)."""
+        if not self.waiting:
+            return
+        async with self.db.read() as tx:
+            now = self.clock()
+            ready = await tx.tasks.any_ready(now) or await tx.leases.any_undelivered()
+        if ready:
+            self.signal.wake()
 
     async def _deliverable(self, claimed: Claimed) -> Claimed | None:
         """The grant as it may be sent now: with at least half the acknowledgement window left

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, String, bindparam, func, insert, select, update
+from sqlalchemy import BigInteger, String, bindparam, exists, func, insert, select, update
 
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.models import Lease, Task
@@ -81,6 +81,7 @@ _RENEW = (
     )
     .returning(*LEASE_COLUMNS, *_TASK_STATE.values())
 )
+_ANY_UNDELIVERED = select(exists().where(ACTIVE, lz.c.claimed_at.is_(None)))
 _HOLD_FOR_DELIVERY = (
     update(lz)
     .where(
@@ -213,6 +214,10 @@ class LeaseRepository(Repository):
         task_status = TaskStatus(values.pop("task_status"))
         cancel_requested = bool(values.pop("task_cancel_requested"))
         return Renewal(to_entity(Lease, values), task_status, cancel_requested)
+
+    async def any_undelivered(self) -> bool:
+        """Whether a lease granted to a worker waits for that worker's claim to deliver it."""
+        return bool(await self.scalar(_ANY_UNDELIVERED))
 
     async def hold_for_delivery(self, lease_id: str, now: int, until: int) -> Lease | None:
         """Push a live lease's expiry out to `until` (never nearer); None if it has lapsed."""

@@ -61,6 +61,15 @@ _LIST = (
 )
 _LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
 _COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
+_ANY_READY = select(
+    exists().where(
+        is_state(t.c.status, "queued"),
+        or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+        t.c.agent_slug.not_in(
+            select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
+        ),
+    )
+)
 _OLDEST_QUEUED = select(func.min(t.c.created_at)).where(is_state(t.c.status, "queued"))
 _DEPTH = select(
     func.count().filter(is_state(t.c.status, "queued")).label("queued"),
@@ -253,6 +262,11 @@ class TaskRepository(Repository):
             params["b_at"], params["b_after_id"] = after.at, after.id
         stmt = _page_statement(self.kind, frozenset(equal), text is not None, after is not None)
         return await self.all(Task, stmt, params)
+
+    async def any_ready(self, now: int) -> bool:
+        """Whether a queued task past its backoff, of a project not held, exists: work some
+        claim may find (a cheap read)."""
+        return bool(await self.scalar(_ANY_READY, {"b_now": now}))
 
     async def oldest_queued_at(self) -> int | None:
         value = await self.scalar(_OLDEST_QUEUED)
