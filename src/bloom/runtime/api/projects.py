@@ -6,16 +6,16 @@ from fastapi import APIRouter
 
 from bloom.domain.models import ManagedProject, ProjectNode
 from bloom.runtime.api.deps import Projects
-from bloom.runtime.api.schemas import (
+from bloom.runtime.api.project_schemas import (
     CloneBody,
     CloneReply,
     CreateProjectBody,
     MemorySyncReply,
     ProjectDetail,
     PropagateReply,
-    Removed,
     SyncMemoryBody,
 )
+from bloom.runtime.api.schemas import Removed
 from bloom.runtime.http import JSON
 
 router = APIRouter(prefix="/api/runtime/projects", tags=["projects"])

@@ -21,13 +21,8 @@ from starlette.responses import Response
 from bloom.domain.errors import Forbidden, Invalid, NotFound, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
-from bloom.runtime.api.schemas import (
-    CloneBody,
-    ConfigBody,
-    CreateProjectBody,
-    CreateTaskBody,
-    RegisterWorkerBody,
-)
+from bloom.runtime.api.project_schemas import CloneBody, CreateProjectBody
+from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard.templating import fragment
 from bloom.runtime.http import JSON

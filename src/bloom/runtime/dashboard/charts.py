@@ -7,6 +7,8 @@ classes, so colours follow the theme (dark mode included).
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bloom.domain.history import Overview
+
 WIDTH = 600
 HEIGHT = 160
 TOP = 8  # room above the highest value
@@ -95,3 +97,23 @@ def lines(
         )
         chart.lines.append(Line(coords, css))
     return chart
+
+
+def throughput(summary: Overview) -> Chart:
+    """The overview's attempts per bucket: succeeded below, failed above."""
+    columns = [
+        (b.succeeded, b.failed, f"{b.succeeded} succeeded, {b.failed} failed")
+        for b in summary.throughput
+    ]
+    return stacked_bars(columns, lower="ok", upper="bad")
+
+
+def depth(summary: Overview, now: int) -> Chart:
+    """The overview's queued and running tasks over its window."""
+    queued = [(s.at, s.queued) for s in summary.depth]
+    running = [(s.at, s.running) for s in summary.depth]
+    return lines(
+        [("line-queued", queued), ("line-running", running)],
+        start=now - summary.window_ms,
+        end=now,
+    )

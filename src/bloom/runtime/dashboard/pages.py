@@ -22,7 +22,6 @@ from bloom.domain.usage import UsageGroup
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard import charts
 from bloom.runtime.dashboard.templating import render
-from bloom.runtime.services.history import Overview
 from bloom.runtime.services.records import AuditFilter
 from bloom.runtime.services.tasks import TaskFilter
 
@@ -68,30 +67,12 @@ async def overview(request: Request, part: Part = None, window: Text = "hour") -
         "o": summary,
         "window": chosen,
         "windows": list(WINDOWS),
-        "throughput": _throughput_chart(summary),
-        "depth": _depth_chart(summary, now),
+        "throughput": charts.throughput(summary),
+        "depth": charts.depth(summary, now),
         "recent": recent.items,
     }
     return render(
         request, "overview.html", context, now=now, part=part, parts=frozenset({"overview_body"})
-    )
-
-
-def _throughput_chart(summary: Overview) -> charts.Chart:
-    columns = [
-        (b.succeeded, b.failed, f"{b.succeeded} succeeded, {b.failed} failed")
-        for b in summary.throughput
-    ]
-    return charts.stacked_bars(columns, lower="ok", upper="bad")
-
-
-def _depth_chart(summary: Overview, now: int) -> charts.Chart:
-    queued = [(s.at, s.queued) for s in summary.depth]
-    running = [(s.at, s.running) for s in summary.depth]
-    return charts.lines(
-        [("line-queued", queued), ("line-running", running)],
-        start=now - summary.window_ms,
-        end=now,
     )
 
 
