@@ -72,6 +72,11 @@ def next_month(now: int) -> int:
     return int(datetime(year, month, 1, tzinfo=UTC).timestamp() * 1000)
 
 
+def utc_minute(at: int) -> str:
+    """An instant as people read a reset time: `2026-11-27 00:00 UTC`."""
+    return f"{datetime.fromtimestamp(at / 1000, UTC):%Y-%m-%d %H:%M} UTC"
+
+
 def reset_of(window: Window, now: int) -> int:
     """When `window`'s spend starts again from zero."""
     return start_of_day(now) + DAY_MS if window is Window.DAILY else next_month(now)

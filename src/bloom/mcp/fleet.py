@@ -8,11 +8,11 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from bloom.clients.runtime import RuntimeClient, RuntimeUnreachable, TaskEvent
 from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo
+from bloom.domain.budget import utc_minute
 from bloom.domain.states import TERMINAL, WorkerStatus
 
 INLINE_CHARS = 20_000
@@ -50,7 +50,7 @@ def task_view(task: TaskInfo) -> dict[str, Any]:
     if task.hold is not None:
         view["waiting"] = (
             f"project {task.hold.project} has spent its budget; queued until "
-            f"{datetime.fromtimestamp(task.hold.until / 1000, UTC):%Y-%m-%d %H:%M} UTC"
+            f"{utc_minute(task.hold.until)}"
         )
     return view
 

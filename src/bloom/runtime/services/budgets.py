@@ -4,7 +4,6 @@ project's queued tasks once a window is spent); and the queue woken when a hold 
 
 import asyncio
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -21,6 +20,7 @@ from bloom.domain.budget import (
     held_until,
     reset_of,
     start_of_month,
+    utc_minute,
 )
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Invalid, NotFound
@@ -63,7 +63,7 @@ class Hold:
 
 
 def hold_message(hold: Hold) -> str:
-    until = datetime.fromtimestamp(hold.until / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    until = utc_minute(hold.until)
     return f"Project '{hold.project}' has spent its budget: its tasks wait until {until}"
 
 
@@ -105,8 +105,8 @@ async def charge(
 def _crossing_detail(project: str, crossing: Crossing, now: int) -> str:
     share = f"${crossing.spent:.4f} of its {crossing.window} ${crossing.limit:.2f}"
     if crossing.exhausted:
-        reset = datetime.fromtimestamp(reset_of(crossing.window, now) / 1000, UTC)
-        return f"Project {project} spent {share}: its tasks wait until {reset:%Y-%m-%d %H:%M} UTC"
+        reset = utc_minute(reset_of(crossing.window, now))
+        return f"Project {project} spent {share}: its tasks wait until {reset}"
     return f"Project {project} spent {share} (80 % warning)"
 
 

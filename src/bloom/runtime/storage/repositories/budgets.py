@@ -21,7 +21,7 @@ def _upserts() -> tuple[dict[str, Any], dict[str, Any]]:
         charge[kind] = spend.on_conflict_do_update(
             index_elements=[ps.c.project, ps.c.day],
             set_={"cost_usd": ps.c.cost_usd + spend.excluded.cost_usd},
-        ).returning(ps.c.cost_usd)
+        )
         budget = dialect.insert(b)
         put[kind] = budget.on_conflict_do_update(
             index_elements=[b.c.project],
@@ -72,11 +72,11 @@ class BudgetRepository(Repository):
     async def delete(self, project: str) -> bool:
         return bool(await self.run(_DELETE, {"b_project": project}))
 
-    async def charge(self, project: str, day: int, cost_usd: float) -> float:
-        """Add `cost_usd` to the project's spend on `day` (UTC midnight); the day's new total.
-        The row stays locked to this transaction, so concurrent charges add up in turn."""
+    async def charge(self, project: str, day: int, cost_usd: float) -> None:
+        """Add `cost_usd` to the project's spend on `day` (UTC midnight). The row stays locked
+        to this transaction, so concurrent charges add up in turn and each reads its own total."""
         values = {"project": project, "day": day, "cost_usd": cost_usd}
-        return float(await self.scalar(_CHARGE[self.kind], values))
+        await self.run(_CHARGE[self.kind], values)
 
     async def spend(self, project: str, *, today: int, month: int) -> Spend:
         """What the project spent since `today` and since `month` (UTC midnights)."""
