@@ -64,3 +64,11 @@ def test_project_labels_are_bounded() -> None:
         "other",
         "b",
     ]
+
+
+def test_costs_read_as_cents_and_fractions_of_a_cent_below_a_dime() -> None:
+    from bloom.runtime.dashboard.present import usd
+
+    assert [usd(x) for x in (None, 0, 0.0031, 0.0999, 0.1, 0.73, 1234.5)] == [
+        "—", "$0.00", "$0.0031", "$0.0999", "$0.10", "$0.73", "$1,234.50",
+    ]  # fmt: skip

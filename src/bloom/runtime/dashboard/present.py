@@ -77,10 +77,11 @@ def clip(text: str | None, length: int = 80) -> str:
 
 
 def usd(amount: float | None) -> str:
-    """A cost in dollars: four decimals below a dollar (Claude runs cost cents), else two."""
+    """A cost in dollars: cents, and four decimals for what costs less than a dime (a short
+    Claude run costs a fraction of a cent)."""
     if amount is None:
         return "—"
-    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+    return f"${amount:.4f}" if 0 < amount < 0.1 else f"${amount:,.2f}"
 
 
 def percent(ratio: float | None) -> str:
