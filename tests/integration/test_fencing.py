@@ -5,6 +5,7 @@ from typing import Any
 
 import httpx
 
+from bloom.runtime.services.leasing import Claimed
 from tests.support.api import API, claim, create_task, failure, register_worker, success
 from tests.support.clock import FakeClock
 from tests.support.db import DatabaseProbe
@@ -188,7 +189,7 @@ async def test_a_grant_answered_late_is_sent_with_time_to_acknowledge_or_not_at_
 
     async def answered_late(*args: Any, **kwargs: Any) -> Any:
         claimed = await try_claim(*args, **kwargs)
-        if claimed is not None and delay_sec:
+        if isinstance(claimed, Claimed) and delay_sec:
             clock.advance(delay_sec.pop())  # the answer waits in a busy event loop
         return claimed
 

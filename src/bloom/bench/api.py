@@ -66,6 +66,19 @@ class RuntimeApi:
             return None
         return str(response.json()["id"])
 
+    async def create_tasks(self, context_ids: list[str]) -> list[str]:
+        """Queue small tasks in one batch; their ids, or none on an error."""
+        body = {
+            "tasks": [
+                {"context_id": context_id, "agent_slug": "bench", "prompt": "bench"}
+                for context_id in context_ids
+            ]
+        }
+        response = await self.conn.request("POST", f"{API}/llm-tasks/batch", body)
+        if not self._ok("create batch", response):
+            return []
+        return [str(task["id"]) for task in response.json()["tasks"]]
+
     async def claim(self, worker: str, wait_seconds: float) -> Claim | None:
         """Long-poll for a task: the claim, or None when none came (204) or on an error."""
         body = {"wait_seconds": wait_seconds}
@@ -85,6 +98,23 @@ class RuntimeApi:
         path = f"{API}/llm-tasks/{claim.task_id}/complete"
         body = SUCCESS | {"lease_id": claim.lease_id}
         return self._ok("complete", await self.conn.request("POST", path, body))
+
+    async def complete_and_claim(
+        self, claim: Claim, wait_seconds: float
+    ) -> tuple[bool, Claim | None]:
+        """Complete, claiming the worker's next task in the same call: (completed, next)."""
+        path = f"{API}/llm-tasks/{claim.task_id}/complete"
+        body = SUCCESS | {"lease_id": claim.lease_id, "claim_next": {"wait_seconds": wait_seconds}}
+        response = await self.conn.request("POST", path, body)
+        if not self._ok("complete", response):
+            return False, None
+        reply = response.json()
+        if reply["next_error"] is not None:
+            self.tally.error("claim after complete", response)
+        following = reply["next"]
+        if following is None:
+            return True, None
+        return True, Claim(str(following["task"]["id"]), str(following["lease"]["id"]))
 
     def close(self) -> None:
         self.conn.close()

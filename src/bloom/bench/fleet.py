@@ -29,7 +29,7 @@ from rich.table import Table
 
 from bloom.bench.api import RuntimeApi, Tally
 from bloom.bench.server import OwnServer, on_linux, process_tree
-from bloom.bench.stats import Latency
+from bloom.bench.stats import Latency, ms_text
 from bloom.db.database import StorageKind, resolve_database
 
 REGISTER_AT_ONCE = 100
@@ -223,8 +223,8 @@ def render(report: FleetReport, console: Console) -> None:
     for figure, value in (
         (f"server CPU, idle {options.idle:g} s", f"{report.idle_cpu_percent:g} % of a core"),
         ("server RSS", f"{report.rss_kb / 1024:.1f} MiB"),
-        ("create → start p50", _ms(latency.p50_ms)),
-        ("create → start p99", _ms(latency.p99_ms)),
+        ("create → start p50", ms_text(latency.p50_ms)),
+        ("create → start p99", ms_text(latency.p99_ms)),
         (
             "tasks created / started / completed",
             f"{report.created} / {report.started} / {report.completed}",
@@ -237,7 +237,3 @@ def render(report: FleetReport, console: Console) -> None:
     console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
     for sample in report.error_samples:
         console.print(f"  [red]{sample}[/]", markup=False)
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f} ms"

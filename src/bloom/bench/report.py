@@ -9,7 +9,7 @@ from rich.table import Table
 from bloom.bench.cycle import CycleReport
 from bloom.bench.depth import DepthReport
 from bloom.bench.runner import BenchResult
-from bloom.bench.stats import Latency
+from bloom.bench.stats import Latency, ms_text
 
 
 def as_json(result: BenchResult) -> dict[str, Any]:
@@ -78,10 +78,6 @@ def render(result: BenchResult, console: Console) -> None:
     )
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} ms"
-
-
 def _render_cycle(report: CycleReport, console: Console) -> None:
     table = Table(title=f"bloom bench: {report.workers} workers, {report.duration_sec:g} s")
     table.add_column("figure")
@@ -92,13 +88,13 @@ def _render_cycle(report: CycleReport, console: Console) -> None:
     _latency_rows(table, "create → claim", report.create_to_claim)
     table.add_row("requests sent (whole run)", str(report.requests))
     cpu = report.client_cpu_ms_per_request
-    table.add_row("client CPU / request", _ms(cpu))
+    table.add_row("client CPU / request", ms_text(cpu, 2))
     console.print(table)
 
 
 def _latency_rows(table: Table, name: str, latency: Latency) -> None:
-    table.add_row(f"{name} p50", _ms(latency.p50_ms))
-    table.add_row(f"{name} p99", _ms(latency.p99_ms))
+    table.add_row(f"{name} p50", ms_text(latency.p50_ms, 2))
+    table.add_row(f"{name} p99", ms_text(latency.p99_ms, 2))
 
 
 def _render_depth(report: DepthReport, console: Console) -> None:
@@ -111,8 +107,8 @@ def _render_depth(report: DepthReport, console: Console) -> None:
         table.add_row(
             f"{r.depth:,}",
             claims,
-            _ms(r.claim.p50_ms),
-            _ms(r.claim.p99_ms),
+            ms_text(r.claim.p50_ms, 2),
+            ms_text(r.claim.p99_ms, 2),
             ratio,
             f"{r.inserted:,} rows in {r.fill_sec:.1f} s",
         )

@@ -34,3 +34,8 @@ class Latency:
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {"count": self.count, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms}
+
+
+def ms_text(value: float | None, digits: int = 1) -> str:
+    """Milliseconds for a table cell; "-" when there is no figure."""
+    return "-" if value is None else f"{value:.{digits}f} ms"

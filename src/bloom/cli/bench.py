@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from bloom.bench import dashboard as dashboard_mode
+from bloom.bench import drain as drain_mode
 from bloom.bench import fleet as fleet_mode
 from bloom.bench import soak as soak_mode
 from bloom.bench.http import HttpClientError
@@ -113,6 +114,15 @@ def bench(
         ),
     ] = None,
     tasks: Annotated[int, typer.Option(min=1, help="Fleet mode: tasks created.")] = 50,
+    drain: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            help="Drain mode: queue this many tasks in batches, then --workers simulated workers "
+            "empty the queue with one call per task (a complete that claims the next), against a "
+            "server of the bench's own: drained tasks/s as the peers' benchmark counts them.",
+        ),
+    ] = None,
     interval: Annotated[
         float, typer.Option(min=0, help="Fleet mode: seconds between two creates.")
     ] = 0.1,
@@ -137,6 +147,8 @@ def bench(
 
     Fleet mode (--fleet 2000 --tasks 50): thousands of waiting workers; idle CPU, latency.
 
+    Drain mode (--drain 3000): a full queue emptied with one call per task; tasks/s.
+
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
 
     See docs/benchmarks.md.
@@ -156,6 +168,14 @@ def bench(
             fleet, tasks, interval, idle, database_url=database_url, server_workers=server_workers
         )
         _fleet(fleet_options, err, json_output)
+        return
+    if drain is not None:
+        if url or depth or soak is not None:
+            raise typer.BadParameter(
+                "--drain starts a server of its own: no --url, --depth, --soak"
+            )
+        drain_options = drain_mode.DrainOptions(drain, workers, database_url, server_workers)
+        _drain(drain_options, err, json_output)
         return
     if soak is not None:
         if url or depth:
@@ -242,6 +262,19 @@ def _fleet(options: fleet_mode.FleetOptions, err: Console, json_output: bool) ->
         raise typer.Exit(1)
 
 
+def _drain(options: drain_mode.DrainOptions, err: Console, json_output: bool) -> None:
+    """Drain mode: one table (or JSON) at the end; exit 1 unless every task completed, once."""
+    err.print(f"drain: queueing {options.tasks} tasks", highlight=False)
+    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report = runner.run(_until_terminated(drain_mode.run_drain(options)))
+    if json_output:
+        print_json(drain_mode.as_json(report))
+    else:
+        drain_mode.render(report, Console())
+    if not report.safe:
+        raise typer.Exit(1)
+
+
 @contextmanager
 def _failures(err: Console) -> Iterator[None]:
     """A server-starting mode's failures as exits: usage 2, failed 1, interrupted 130."""
@@ -251,6 +284,7 @@ def _failures(err: Console) -> Iterator[None]:
         BenchUsageError,
         soak_mode.SoakUsageError,
         fleet_mode.FleetUsageError,
+        drain_mode.DrainUsageError,
         DatabaseUrlError,
     ) as exc:
         raise typer.BadParameter(str(exc)) from None

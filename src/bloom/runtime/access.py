@@ -53,6 +53,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("POST", f"{RT}/workers/{{worker_id}}/claim"): Access.WORKER,
     ("GET", f"{RT}/agent-install-script"): Access.ADMIN,
     ("POST", f"{RT}/llm-tasks"): Access.ADMIN,
+    ("POST", f"{RT}/llm-tasks/batch"): Access.ADMIN,
     ("GET", f"{RT}/llm-tasks"): Access.READ,
     ("GET", f"{RT}/llm-tasks/{{task_id}}"): Access.READ,
     ("POST", f"{RT}/llm-tasks/{{task_id}}/cancel"): Access.ADMIN,

@@ -1,6 +1,7 @@
 """The composition root: the only place that builds adapters and wires services together."""
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -163,7 +164,8 @@ def build_container(
         recovery=[lambda tx: renew_after_outage(tx, clock())] if serving else [],
     )
     is_postgres = db.kind is StorageKind.POSTGRESQL
-    signal = QueueSignal(QueuePublisher(db).publish if is_postgres else None)
+    origin = uuid.uuid4().hex  # this process, in its queue notifications
+    signal = QueueSignal(QueuePublisher(db, origin).publish if is_postgres else None)
     event_signal = EventSignal(EventsPublisher(db).publish if is_postgres else None)
     bucket = object_bucket(settings)
     stores = artifact_stores(settings, bucket)
@@ -272,5 +274,7 @@ def build_container(
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)
         container.loops.append(PeriodicLoop("audit_export", container.audit_export.step, check_sec))
     if is_postgres:
-        container.loops.append(QueueListener(db.target, signal.wake, on_events=event_signal.wake))
+        container.loops.append(
+            QueueListener(db.target, signal.wake, origin=origin, on_events=event_signal.wake)
+        )
     return container

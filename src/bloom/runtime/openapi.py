@@ -17,6 +17,9 @@ ERRORS: Declared = {
     ("POST", "/api/runtime/llm-tasks"): {
         "409": "The idempotency key was used for a different request",
     },
+    ("POST", "/api/runtime/llm-tasks/batch"): {
+        "409": "An idempotency key was used for a different request: no task was queued",
+    },
     ("POST", f"{TASK}/lease"): {
         "409": "The task is not queued, its project's budget is spent, or the worker does not "
         "run Claude CLI tasks",

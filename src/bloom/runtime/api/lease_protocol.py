@@ -3,12 +3,14 @@
 
 from fastapi import APIRouter, Request, Response
 
+from bloom.domain.errors import ServiceError
 from bloom.domain.models import Completion
 from bloom.runtime.api.deps import Attempts, Caller, Dispatch, Leases, acting_worker
 from bloom.runtime.api.schemas import (
     ClaimBody,
     ClaimReply,
     CompleteBody,
+    CompleteClaimReply,
     CompleteReply,
     DispatchReply,
     HeartbeatBody,
@@ -115,10 +117,17 @@ async def heartbeat(
 @router.post(
     TASKS + "/{task_id}/complete",
     tags=["leases"],
-    response_model=CompleteReply,
+    response_model=CompleteReply | CompleteClaimReply,
     summary="Report the attempt's result (atomic; repeating it returns the first outcome)",
 )
-async def complete(task_id: str, body: CompleteBody, attempts: Attempts, caller: Caller) -> JSON:
+async def complete(
+    task_id: str,
+    body: CompleteBody,
+    request: Request,
+    attempts: Attempts,
+    leases: Leases,
+    caller: Caller,
+) -> JSON:
     done = await attempts.complete(
         task_id,
         Completion(
@@ -136,6 +145,29 @@ async def complete(task_id: str, body: CompleteBody, attempts: Attempts, caller:
         worker_id=acting_worker(caller, body.worker_id),
     )
     headers = {"Idempotent-Replayed": "true"} if done.replayed else None
-    return JSON(
-        CompleteReply(task=done.task, artifact=done.artifact, result=done.result), headers=headers
+    if body.claim_next is None:
+        reply = CompleteReply(task=done.task, artifact=done.artifact, result=done.result)
+        return JSON(reply, headers=headers)
+    # The next claim is the completing worker's own: a complete is fenced by its lease. The
+    # complete is recorded whatever the claim meets, so a refusal is told beside it, not as it.
+    following: ClaimReply | None = None
+    refused: str | None = None
+    try:
+        claimed = await leases.claim(
+            done.result.worker_id,
+            wait_sec=body.claim_next.wait_seconds,
+            ttl_sec=body.claim_next.ttl_seconds,
+            gone=request.is_disconnected,
+        )
+    except ServiceError as exc:
+        refused = exc.message
+    else:
+        following = ClaimReply(lease=claimed.lease, task=claimed.task) if claimed else None
+    reply = CompleteClaimReply(
+        task=done.task,
+        artifact=done.artifact,
+        result=done.result,
+        next=following,
+        next_error=refused,
     )
+    return JSON(reply, headers=headers)

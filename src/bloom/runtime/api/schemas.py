@@ -50,6 +50,7 @@ MAX_ID_CHARS = 200
 MAX_PROMPT_CHARS = 200_000
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 MAX_BIGINT = 2**63 - 1
+MAX_BATCH_TASKS = 100
 Id = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
 Label = Annotated[StrictStr, Field(max_length=128)]
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_BIGINT)]
@@ -106,6 +107,17 @@ class CreateTaskBody(Body):
         )
 
 
+class CreateTasksBody(Body):
+    tasks: list[CreateTaskBody] = Field(min_length=1, max_length=MAX_BATCH_TASKS)
+
+
+@dataclass
+class TasksCreated:
+    tasks: list[Task]
+    created: int
+    """How many are new; the others answered to a known idempotency key."""
+
+
 class LeaseBody(Body):
     worker_id: Id | None = None
     ttl_seconds: TTL | None = None
@@ -157,6 +169,11 @@ class CompleteBody(Body):
         None, ge=0, le=MAX_BIGINT, description="Epoch ms before which not to retry."
     )
     session_id: Id | None = None
+    claim_next: ClaimBody | None = Field(
+        None,
+        description="Once recorded, claim the worker's next task as `POST /workers/{id}/claim` "
+        "would, and answer it as `next` (null: none came within `wait_seconds`).",
+    )
 
     @field_validator("output", "error_message")
     @classmethod
@@ -280,6 +297,15 @@ class CompleteReply:
     task: Task
     artifact: Artifact | None
     result: Result
+
+
+@dataclass
+class CompleteClaimReply(CompleteReply):
+    """A complete that asked for `claim_next`: the worker's next grant too, or why it could
+    not claim (the complete itself stands either way)."""
+
+    next: ClaimReply | None
+    next_error: str | None
 
 
 @dataclass(frozen=True)

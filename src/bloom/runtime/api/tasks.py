@@ -1,4 +1,4 @@
-"""LLM tasks: create, read, cancel, requeue."""
+"""LLM tasks: create (one or a batch), read, cancel, requeue."""
 
 from typing import Annotated
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, Header, Query
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
 from bloom.runtime.api.deps import Budgets, Tasks
-from bloom.runtime.api.schemas import CreateTaskBody
+from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
 router = APIRouter(prefix="/api/runtime", tags=["tasks"])
@@ -31,6 +31,20 @@ async def create_task(
         return invalid("Idempotency-Key header and idempotency_key differ", "idempotency_key")
     task, created = await tasks.create(body.new_task(idempotency_key))
     return JSON(task, status_code=201 if created else 200)
+
+
+@router.post(
+    "/llm-tasks/batch",
+    status_code=201,
+    response_model=TasksCreated,
+    responses={200: {"description": "Every idempotency key was known: no task created"}},
+    summary="Queue up to 100 tasks in one transaction (all or none), in order",
+)
+async def create_tasks(body: CreateTasksBody, tasks: Tasks) -> JSON:
+    done = await tasks.create_many([item.new_task() for item in body.tasks])
+    created = sum(fresh for _, fresh in done)
+    reply = TasksCreated(tasks=[task for task, _ in done], created=created)
+    return JSON(reply, status_code=201 if created else 200)
 
 
 @router.get("/llm-tasks", response_model=list[Task], summary="Tasks, newest first")

@@ -21,7 +21,7 @@ from bloom.domain.usage import Usage
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 log = structlog.get_logger(__name__)
@@ -184,7 +184,9 @@ class AttemptService:
                         task_id=task.id,
                     )
                 )
-        self.signal.changed()
+        # A slot of the worker's came free, and the task may be back in the queue.
+        requeued = int(finished.status == TaskStatus.QUEUED)
+        self.signal.changed(Wake(requeued, frozenset({lease.worker_id})))
         metrics.attempt_ended(finished.status, lease, now)
         metrics.usage_recorded(finished.agent_slug, usage)
         budgets.announce(finished.agent_slug, passed)

@@ -153,7 +153,7 @@ class EventService:
         cursor = after
         quiet_since = time.monotonic()
         while True:
-            waiters = (self.signal.waiter(task_id), self.queue.waiter())
+            waiters = (self.signal.waiter(task_id), self.queue.any_change())
             async with self.db.read() as tx:
                 # Status first: no event is appended after a task ends (the lease fences it), so
                 # when this status is terminal the read below gets the last events.

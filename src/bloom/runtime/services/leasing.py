@@ -8,6 +8,7 @@ can never take the same task, and no worker is ever given more than `max_concurr
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 import structlog
 
@@ -20,7 +21,7 @@ from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services import metrics
 from bloom.runtime.services.budgets import Hold, hold_message
-from bloom.runtime.services.signals import QueueSignal, wait_for_signal
+from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_signal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 log = structlog.get_logger(__name__)
@@ -42,6 +43,15 @@ class LeaseSettings:
 class Claimed:
     lease: Lease
     task: Task
+
+
+class Missed(Enum):
+    """Why a claim's look got no task."""
+
+    NOTHING = "nothing"
+    """No task there the worker may take."""
+    UNABLE = "unable"
+    """The worker takes no task now: offline, paused, or every slot taken."""
 
 
 def _load(worker: Worker, active: int) -> WorkerLoad:
@@ -69,8 +79,6 @@ class LeaseService:
         self.signal = signal
         self.clock = clock
         self.settings = settings
-        self.waiting = 0
-        """Claims of this process waiting now."""
 
     async def lease(
         self,
@@ -116,7 +124,7 @@ class LeaseService:
             if leased is None:
                 raise Conflict("Task status changed while leasing; expected 'queued'")
             await self._record_grant(tx, task, lease, now, actor="router")
-        self.signal.changed()  # the worker's waiting claim picks the new lease up
+        self.signal.changed(Wake(0, frozenset({worker.id})))  # its waiting claim takes the lease
         return lease, replace(worker, active_leases=worker.active_leases + 1)
 
     async def _reserve_slot(
@@ -186,29 +194,29 @@ class LeaseService:
             wait_sec = self.settings.claim_wait_sec
         started = time.monotonic()
         deadline = started + wait_sec
-        first = woken = True
+        first = woken = able = True
         while True:
-            waiter = self.signal.waiter()
-            if woken:
-                claimed = await self._try_claim(worker_id, ttl_sec, touch=first)
-                first = False
-                if claimed is not None:
-                    claimed = await self._deliverable(claimed)
-                if claimed is not None:
-                    metrics.claim_answered(True, time.monotonic() - started)
-                    return claimed
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (gone is not None and await gone()):
-                metrics.claim_answered(False, time.monotonic() - started)
-                return None
-            self.waiting += 1
-            try:
+            with self.signal.waiting(worker_id, able=able) as waiter:
+                if woken:
+                    looked = await self._try_claim(worker_id, ttl_sec, touch=first)
+                    claimed = (
+                        await self._deliverable(looked) if isinstance(looked, Claimed) else None
+                    )
+                    if claimed is not None:
+                        if not first:
+                            self.signal.passed_on()
+                        metrics.claim_answered(True, time.monotonic() - started)
+                        return claimed
+                    first = False
+                    able = looked is not Missed.UNABLE
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (gone is not None and await gone()):
+                    metrics.claim_answered(False, time.monotonic() - started)
+                    return None
                 # Woken by a change, or by `wake_if_ready`; a timeout only looks at the caller.
                 woken = await wait_for_signal(
                     waiter, min(remaining, self.settings.claim_recheck_sec)
                 )
-            finally:
-                self.waiting -= 1
             if gone is not None and await gone():
                 return None
 
@@ -217,7 +225,7 @@ class LeaseService:
         backoff that ended, a sticky wait that ran out, another process's notification that was
         lost. One read for the whole process every `claim_recheck_sec`, instead of each waiting
         claim looking again (2,000 waiting claims looked 1,000 times a second)."""
-        if not self.waiting:
+        if not self.signal.waiters:
             return
         async with self.db.read() as tx:
             now = self.clock()
@@ -248,7 +256,8 @@ class LeaseService:
 
     async def _try_claim(
         self, worker_id: str, ttl_sec: int | None, *, touch: bool
-    ) -> Claimed | None:
+    ) -> Claimed | Missed:
+        """One look: a grant, or why there is none."""
         now = self.clock()
         ttl = ttl_sec or self.settings.ttl_sec
         async with self.db.write() as tx:
@@ -259,15 +268,17 @@ class LeaseService:
             if not worker.claude_cli:
                 raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
             if worker.status != WorkerStatus.ONLINE:
-                return None
+                return Missed.UNABLE
             if worker.paused_until is not None and worker.paused_until > now:
-                return None  # a usage limit: no work, not even a pushed lease, until it resets
+                return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
             if has_assigned:
                 assigned = await tx.leases.deliver_assigned(worker_id, now)
                 if assigned is not None:
                     task = await tx.tasks.get(assigned.task_id)
                     assert task is not None, "an active lease always has its task"
                     return Claimed(assigned, task)
+            if worker.active_leases >= worker.max_concurrency:
+                return Missed.UNABLE  # as counted before the lock: the claim counts again below
             lease_id = new_id(now)
             task = await tx.tasks.claim_next(
                 worker_id=worker_id,
@@ -278,7 +289,7 @@ class LeaseService:
                 live_cutoff=now - self.settings.worker_live_ms,
             )
             if task is None:
-                return None
+                return Missed.NOTHING
             # Our clock was read before the task's creator committed, possibly a millisecond
             # before its own reading: never record a grant as older than what it granted.
             now = max(now, task.queued_at or task.created_at)

@@ -2,34 +2,83 @@
 
 import asyncio
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
+
+from bloom.runtime.storage.notifications import EVERYONE as EVERYONE
+from bloom.runtime.storage.notifications import Wake as Wake
+
+ONE = Wake(1)
 
 
 class QueueSignal:
-    """Wakes every waiting claim when work may have become available: a task was queued, a slot
-    freed, a lease assigned. Waiters take `waiter()` *before* looking at the queue, so a change
-    that lands between their look and their wait still wakes them.
+    """Wakes waiting claims when work may have become available, as few as the change needs.
 
-    `changed()` is for the services (after their commit): it wakes this process's waiters and,
+    A claim registers with `waiting(worker_id)` *before* it looks at the queue, so a change that
+    lands between its look and its wait still wakes it. A change wakes, per its `Wake`, that many
+    claims in the order they began waiting and every claim of the workers it names: a new task
+    wakes one claim, not all of them (2,000 waiting claims each ran a transaction per task). A
+    claim whose worker can take nothing now (`able=False`: offline, paused, every slot taken) is
+    passed over by counted wakes; its worker is named when a slot of its comes free. A woken
+    claim that gets work passes one wake on (`passed_on`), since more may be waiting; one that
+    finds none does not. What no change announced, or a wake that reached a claim the work was
+    not for (a context kept for another worker), is found by `LeaseService.wake_if_ready`, which
+    wakes everyone.
+
+    `changed()` is for the services (after their commit): it wakes this process's claims and,
     through `publish`, the other processes sharing the database. `wake()` is local only: it is
     what a notification from another process calls.
     """
 
-    def __init__(self, publish: Callable[[], None] | None = None) -> None:
-        self._event = asyncio.Event()
+    def __init__(self, publish: Callable[[Wake], None] | None = None) -> None:
+        self._waiting: dict[asyncio.Event, tuple[str, bool]] = {}
+        """Each waiting claim's event, worker and whether it can take work, oldest first."""
+        self._any_change = asyncio.Event()
         self.publish = publish
 
-    def waiter(self) -> asyncio.Event:
-        return self._event
+    @property
+    def waiters(self) -> int:
+        """Claims of this process waiting now."""
+        return len(self._waiting)
 
-    def wake(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
+    @contextmanager
+    def waiting(self, worker_id: str, *, able: bool = True) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._waiting[event] = (worker_id, able)
+        try:
+            yield event
+        finally:
+            self._waiting.pop(event, None)
 
-    def changed(self) -> None:
-        self.wake()
+    def any_change(self) -> asyncio.Event:
+        """Set by the next change, whichever claims it wakes: for followers of a task's events,
+        who learn of its end from it."""
+        return self._any_change
+
+    def wake(self, wake: Wake = EVERYONE) -> None:
+        changed, self._any_change = self._any_change, asyncio.Event()
+        changed.set()
+        if wake.count is None:
+            woken = list(self._waiting)
+        else:
+            named = {e for e, (worker, _) in self._waiting.items() if worker in wake.workers}
+            able = (e for e, (_, can) in self._waiting.items() if can and e not in named)
+            oldest = islice(able, wake.count)
+            woken = [*named, *oldest]
+        for event in woken:
+            del self._waiting[event]
+            event.set()
+
+    def changed(self, wake: Wake = EVERYONE) -> None:
+        self.wake(wake)
         if self.publish is not None:
-            self.publish()
+            self.publish(wake)
+
+    def passed_on(self) -> None:
+        """A woken claim got work: the next waiting claim looks too (this process only: each
+        process was told of the change itself)."""
+        self.wake(ONE)
 
 
 class EventSignal:

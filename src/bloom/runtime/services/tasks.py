@@ -13,7 +13,7 @@ from bloom.domain.ids import new_id
 from bloom.domain.models import DEFAULT_POLICY, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import ONE, QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
@@ -75,48 +75,62 @@ class TaskService:
     async def create(self, new: NewTask, actor: str = "api") -> tuple[Task, bool]:
         """Queue a task. Returns (task, created); a known idempotency key returns the task it
         created before, provided the request is the same."""
+        (created,) = await self.create_many([new], actor)
+        return created
+
+    async def create_many(self, news: list[NewTask], actor: str = "api") -> list[tuple[Task, bool]]:
+        """Queue tasks in one transaction: all of them, or (on a refusal) none. Each answers as
+        `create` would, in order."""
         now = self.clock()
-        fingerprint = new.fingerprint() if new.idempotency_key else None
         async with self.db.write() as tx:
-            if new.idempotency_key is not None:
-                known = await self._known(tx, new.idempotency_key, fingerprint)
-                if known is not None:
-                    return known, False
-            task = Task(
-                id=new_id(now),
-                context_id=new.context_id,
-                agent_slug=new.agent_slug,
-                prompt=new.prompt,
-                context_hints=new.context_hints,
-                policy=new.policy,
-                desired_format=new.desired_format,
-                status=TaskStatus.QUEUED,
-                created_at=now,
-                updated_at=now,
-                lease_id=None,
-                worker_id=None,
-                attempts=0,
-                max_attempts=new.max_attempts,
-                priority=new.priority,
-                idempotency_key=new.idempotency_key,
-                queued_at=now,
-            )
-            if not await tx.tasks.insert(task, fingerprint):
-                # a concurrent create with the same key got there first
-                assert new.idempotency_key is not None
-                known = await self._known(tx, new.idempotency_key, fingerprint)
-                assert known is not None
+            created = [await self._create(tx, new, now, actor) for new in news]
+        fresh_tasks = sum(fresh for _, fresh in created)
+        if fresh_tasks:
+            self.signal.changed(Wake(fresh_tasks))
+        return created
+
+    async def _create(
+        self, tx: Repositories, new: NewTask, now: int, actor: str
+    ) -> tuple[Task, bool]:
+        fingerprint = new.fingerprint() if new.idempotency_key else None
+        if new.idempotency_key is not None:
+            known = await self._known(tx, new.idempotency_key, fingerprint)
+            if known is not None:
                 return known, False
-            await tx.audit.add(
-                task_audit(
-                    AuditAction.TASK_CREATED,
-                    task.id,
-                    now=now,
-                    actor=actor,
-                    detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
-                )
+        task = Task(
+            id=new_id(now),
+            context_id=new.context_id,
+            agent_slug=new.agent_slug,
+            prompt=new.prompt,
+            context_hints=new.context_hints,
+            policy=new.policy,
+            desired_format=new.desired_format,
+            status=TaskStatus.QUEUED,
+            created_at=now,
+            updated_at=now,
+            lease_id=None,
+            worker_id=None,
+            attempts=0,
+            max_attempts=new.max_attempts,
+            priority=new.priority,
+            idempotency_key=new.idempotency_key,
+            queued_at=now,
+        )
+        if not await tx.tasks.insert(task, fingerprint):
+            # a concurrent create with the same key got there first
+            assert new.idempotency_key is not None
+            known = await self._known(tx, new.idempotency_key, fingerprint)
+            assert known is not None
+            return known, False
+        await tx.audit.add(
+            task_audit(
+                AuditAction.TASK_CREATED,
+                task.id,
+                now=now,
+                actor=actor,
+                detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
             )
-        self.signal.changed()
+        )
         return task, True
 
     @staticmethod
@@ -226,5 +240,5 @@ class TaskService:
                     detail=f"Requeued from {task.status}",
                 )
             )
-        self.signal.changed()
+        self.signal.changed(ONE)
         return updated

@@ -9,7 +9,7 @@ from bloom.domain.errors import NotFound
 from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
 from bloom.domain.states import LeaseStatus, WorkerStatus
 from bloom.runtime.services.reaping import release_task_of_lost_lease
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
 
@@ -91,7 +91,9 @@ class WorkerService:
                     f"max_concurrency={worker.max_concurrency}",
                 )
             )
-        self.signal.changed()
+        # Its own claims look again (capacity or status may have changed), and one other: work
+        # left to it (its contexts) may be anyone's now.
+        self.signal.changed(Wake(1, frozenset({worker.id})))
         return worker, created
 
     async def find(self) -> list[Worker]:

@@ -9,11 +9,13 @@ periodic recheck.
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import orjson
 import structlog
-from sqlalchemy import Text, bindparam, func, literal_column, select, text
+from sqlalchemy import Text, bindparam, func, literal_column, select
 
 from bloom.db.availability import DatabaseUnavailable
 from bloom.db.database import CONNECT_TIMEOUT_SEC, Database, DatabaseTarget
@@ -21,38 +23,86 @@ from bloom.db.database import CONNECT_TIMEOUT_SEC, Database, DatabaseTarget
 log = structlog.get_logger(__name__)
 QUEUE_CHANNEL = "bloom_queue"
 EVENTS_CHANNEL = "bloom_events"
-_NOTIFY = text(f"NOTIFY {QUEUE_CHANNEL}")
+_NOTIFY = select(
+    func.pg_notify(literal_column(f"'{QUEUE_CHANNEL}'"), bindparam("b_payload", type_=Text()))
+)
 _NOTIFY_EVENTS = select(
     func.pg_notify(literal_column(f"'{EVENTS_CHANNEL}'"), bindparam("b_payload", type_=Text()))
 )
 PAYLOAD_BYTES = 7000  # PostgreSQL's limit is 8000
 MAX_RETRY_SEC = 5.0
+MAX_NAMED_WORKERS = 100
+"""A wake naming more workers than this wakes everyone instead (and fits a NOTIFY)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Which waiting claims a change is for: `count` of them in the order they began waiting
+    (None: every one), and every claim of the `workers` named (a lease assigned to one, a slot
+    it freed)."""
+
+    count: int | None = 0
+    workers: frozenset[str] = frozenset()
+
+    def __or__(self, other: "Wake") -> "Wake":
+        count = None if self.count is None or other.count is None else self.count + other.count
+        workers = self.workers | other.workers
+        if len(workers) > MAX_NAMED_WORKERS:
+            return EVERYONE
+        return Wake(count, workers)
+
+    def payload(self, origin: str) -> str:
+        """The NOTIFY payload, naming the process that sent it (which is told too, and knows
+        already). Everyone is named by leaving out the count, also for a wake too long to fit."""
+        text = orjson.dumps({"o": origin, "n": self.count, "w": sorted(self.workers)}).decode()
+        if len(text.encode()) <= PAYLOAD_BYTES:
+            return text
+        return orjson.dumps({"o": origin}).decode()
+
+    @classmethod
+    def parse(cls, payload: str) -> tuple["Wake", str | None]:
+        """A notification's wake and sender; anything unreadable (an older process's empty
+        payload too) wakes everyone, as every notification used to."""
+        try:
+            data = orjson.loads(payload)
+            origin = data.get("o")
+            count, workers = data.get("n"), data.get("w", [])
+        except (orjson.JSONDecodeError, AttributeError):
+            return EVERYONE, None
+        origin = origin if isinstance(origin, str) else None
+        if not isinstance(count, int) or not isinstance(workers, list):
+            return EVERYONE, origin
+        return cls(max(count, 0), frozenset(str(worker) for worker in workers)), origin
+
+
+EVERYONE = Wake(None)
 
 
 class QueuePublisher:
-    """`publish()` requests a NOTIFY; at most one is in flight, and requests made meanwhile are
-    folded into the next one."""
+    """`publish(wake)` requests a NOTIFY carrying the wake; at most one is in flight, and the
+    wakes requested meanwhile are folded into the next one."""
 
-    def __init__(self, db: Database[Any], coalesce_sec: float = 0.002):
+    def __init__(self, db: Database[Any], origin: str, coalesce_sec: float = 0.002):
         self._db = db
+        self._origin = origin
         self._coalesce_sec = coalesce_sec
-        self._requested = False
+        self._pending: Wake | None = None
         self._sender: asyncio.Task[None] | None = None
 
-    def publish(self) -> None:
-        self._requested = True
+    def publish(self, wake: Wake) -> None:
+        self._pending = wake if self._pending is None else self._pending | wake
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send())
 
     async def _send(self) -> None:
-        while self._requested:
+        while self._pending is not None:
             await asyncio.sleep(self._coalesce_sec)
-            self._requested = False
+            wake, self._pending = self._pending, None
             try:
                 async with self._db.connection(
                     write=False
                 ) as connection:  # autocommit: 1 round trip
-                    await connection.execute(_NOTIFY)
+                    await connection.execute(_NOTIFY, {"b_payload": wake.payload(self._origin)})
             except DatabaseUnavailable:
                 pass  # said once, by the database's availability
             except Exception as exc:  # waiters elsewhere fall back to their recheck
@@ -106,19 +156,23 @@ def payloads(task_ids: Iterable[str]) -> list[str]:
 
 
 class QueueListener:
-    """Calls `on_notify` for every queue notification and, when given, `on_events` with the
-    task ids of every events notification; reconnects after a lost connection (and calls
-    `on_notify()` and `on_events(None)` then too, since notifications sent meanwhile are lost)."""
+    """Calls `on_notify` with the wake of every queue notification another process sent (this
+    process's `origin` woke its own claims already) and, when given, `on_events` with the task
+    ids of every events notification; reconnects after a lost connection (and calls
+    `on_notify(EVERYONE)` and `on_events(None)` then too, since notifications sent meanwhile are
+    lost)."""
 
     def __init__(
         self,
         target: DatabaseTarget,
-        on_notify: Callable[[], None],
+        on_notify: Callable[[Wake], None],
         retry_sec: float = 1.0,
         *,
+        origin: str = "",
         on_events: Callable[[list[str] | None], None] | None = None,
     ):
         self._dsn = target.dsn
+        self._origin = origin
         self._on_notify = on_notify
         self._on_events = on_events
         self._retry_sec = retry_sec
@@ -147,7 +201,7 @@ class QueueListener:
             await conn.add_listener(QUEUE_CHANNEL, self._notified)
             if self._on_events is not None:
                 await conn.add_listener(EVENTS_CHANNEL, self._events_notified)
-            self._on_notify()
+            self._on_notify(EVERYONE)
             if self._on_events is not None:
                 self._on_events(None)
             await _first_of(lost.wait(), self._stopping.wait())
@@ -155,8 +209,10 @@ class QueueListener:
             if not conn.is_closed():
                 await conn.close()
 
-    def _notified(self, *_: Any) -> None:
-        self._on_notify()
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        wake, origin = Wake.parse(payload)
+        if origin is None or origin != self._origin:
+            self._on_notify(wake)
 
     def _events_notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         if self._on_events is not None:

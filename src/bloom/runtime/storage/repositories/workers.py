@@ -27,14 +27,23 @@ _HAS_ASSIGNED = (
     )
     .label("has_assigned")
 )
+_ACTIVE_NOW = (
+    select(func.count())
+    .select_from(leases)
+    .where(leases.c.worker_id == bindparam("b_id"), is_state(leases.c.status, "active"))
+    .scalar_subquery()
+    .label("active_now")
+)
 _CHECK_IN = (
     update(w)
     .where(w.c.id == bindparam("b_id"))
     .values(last_heartbeat=bindparam("b_now"), status="online", source="api")
-    .returning(*WORKER_COLUMNS, _HAS_ASSIGNED)
+    .returning(*WORKER_COLUMNS, _HAS_ASSIGNED, _ACTIVE_NOW)
 )
 _LOCK_WITH_ASSIGNED = (
-    select(*WORKER_COLUMNS, _HAS_ASSIGNED).where(w.c.id == bindparam("b_id")).with_for_update(of=w)
+    select(*WORKER_COLUMNS, _HAS_ASSIGNED, _ACTIVE_NOW)
+    .where(w.c.id == bindparam("b_id"))
+    .with_for_update(of=w)
 )
 _LIST = select(*WORKER_COLUMNS).order_by(w.c.id)
 _INSERT_NEW = {
@@ -130,13 +139,18 @@ class WorkerRepository(Repository):
         self, worker_id: str, now: int, *, touch: bool
     ) -> tuple[Worker, bool] | None:
         """Lock the worker's row for a claim (like `lock`), and say whether a lease granted to it
-        awaits delivery. With `touch`, the claim is also a sign of life: online, seen now."""
+        awaits delivery. With `touch`, the claim is also a sign of life: online, seen now.
+
+        The worker comes with `active_leases` counted, as the statement saw them: a hint (the
+        claim statement counts again, after the lock), which may miss a grant or a release made
+        while this statement waited for the lock."""
         params = {"b_id": worker_id, "b_now": now}
         rows = await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)
         if not rows:
             return None
         values = dict(rows[0])
         has_assigned = bool(values.pop("has_assigned"))
+        values["active_leases"] = values.pop("active_now")
         return to_entity(Worker, values), has_assigned
 
     async def find(self) -> list[Worker]:

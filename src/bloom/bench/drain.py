@@ -1,0 +1,195 @@
+"""Drain mode: a full queue emptied with one call per task, measured as the peers are.
+
+The bench starts its own `bloom runtime serve`, queues `tasks` tasks in batches of
+`BATCH` (`POST /llm-tasks/batch`) from one client, then lets `workers` simulated workers drain
+them: each claims once, then completes every task with `claim_next`, so that one call records
+the attempt and hands over the next one, until a complete answers no next task. Every attempt is
+still leased, fenced, stored as a result with its artifact, and audited; only the heartbeat is
+left out (a lease needs one only to outlive the acknowledgement window). Measured:
+
+- queued/s: tasks over the time the batches took;
+- drained/s: (tasks - 1) / (last complete - first complete), the formula of the peers' benchmark
+  (`../shared/bench/peers_bench.py`), on the bench's clock;
+- the complete-and-claim call's p50 and p99, and the server's CPU per task while draining;
+- safety: a task completed twice, or never, and any refused call, are counted.
+"""
+
+import asyncio
+import tempfile
+import time
+import uuid
+from contextlib import AsyncExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bloom.bench.api import RuntimeApi, Tally
+from bloom.bench.server import OwnServer, process_tree
+from bloom.bench.stats import Latency, ms_text
+from bloom.db.database import StorageKind, resolve_database
+
+BATCH = 100
+FIRST_CLAIM_WAIT_SEC = 1.0
+
+
+class DrainUsageError(ValueError):
+    """Options that do not go together."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOptions:
+    tasks: int = 3000
+    workers: int = 16
+    database_url: str | None = None
+    server_workers: int = 1
+
+
+@dataclass(slots=True)
+class DrainReport:
+    options: DrainOptions
+    storage: str
+    queued_per_sec: float = 0.0
+    drained_per_sec: float = 0.0
+    call: Latency = field(default_factory=lambda: Latency.of([]))
+    server_cpu_ms_per_task: float | None = None
+    queued: int = 0
+    completed: int = 0
+    completed_twice: int = 0
+    requests: int = 0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    @property
+    def safe(self) -> bool:
+        """Every task completed, once; no call refused."""
+        return self.errors == 0 and self.completed_twice == 0 and self.completed == self.queued
+
+
+async def run_drain(options: DrainOptions) -> DrainReport:
+    """Queue the tasks, then drain them; see the module's text."""
+    if options.tasks < 2 or options.workers < 1:
+        raise DrainUsageError("--drain needs at least 2 tasks and 1 worker")
+    async with AsyncExitStack() as stack:
+        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-drain-")))
+        database_url = options.database_url or f"sqlite:///{data_dir / 'drain.db'}"
+        target = resolve_database(database_url, data_dir)
+        if options.server_workers > 1 and target.kind is StorageKind.SQLITE:
+            raise DrainUsageError("--server-workers above 1 needs a postgresql:// --database-url")
+        server = OwnServer(database_url, options.server_workers, data_dir)
+        endpoint = await stack.enter_async_context(server)
+        tally = Tally()
+        apis = [RuntimeApi(endpoint, tally) for _ in range(options.workers)]
+        for api in apis:
+            stack.callback(api.close)
+        report = DrainReport(options, str(target.kind))
+        run_id = uuid.uuid4().hex[:8]
+        names = [f"drain-{run_id}-{n}" for n in range(options.workers)]
+        if not all(
+            await asyncio.gather(
+                *(api.register_worker(n) for api, n in zip(apis, names, strict=True))
+            )
+        ):
+            raise RuntimeError(f"could not register the simulated workers: {tally.samples}")
+        started = time.perf_counter()
+        queued = await _queue(apis[0], run_id, options.tasks)
+        report.queued = len(queued)
+        report.queued_per_sec = round(len(queued) / (time.perf_counter() - started), 1)
+        drain = _Drain()
+        cpu_before = process_tree(server.pid).cpu_sec
+        await asyncio.gather(
+            *(drain.work(api, name) for api, name in zip(apis, names, strict=True))
+        )
+        cpu_used = process_tree(server.pid).cpu_sec - cpu_before
+        report.completed = len(drain.done.keys() & queued)
+        report.completed_twice = sum(1 for times in drain.done.values() if times > 1)
+        if len(drain.finished) > 1:
+            span = max(drain.finished) - min(drain.finished)
+            report.drained_per_sec = round((len(drain.finished) - 1) / span, 1) if span else 0.0
+        report.call = Latency.of(drain.calls)
+        if report.completed:
+            report.server_cpu_ms_per_task = round(cpu_used * 1000 / report.completed, 3)
+        report.requests, report.errors = tally.requests, tally.errors
+        report.error_samples = tally.samples
+        await asyncio.gather(*(api.remove_worker(n) for api, n in zip(apis, names, strict=True)))
+        return report
+    raise AssertionError("unreachable")  # pragma: no cover - AsyncExitStack may swallow
+
+
+async def _queue(api: RuntimeApi, run_id: str, tasks: int) -> set[str]:
+    """Queue `tasks` tasks, each of a context of its own, a batch at a time."""
+    queued: set[str] = set()
+    for first in range(0, tasks, BATCH):
+        contexts = [f"drain-{run_id}-{n}" for n in range(first, min(first + BATCH, tasks))]
+        queued.update(await api.create_tasks(contexts))
+    return queued
+
+
+@dataclass(slots=True)
+class _Drain:
+    """What the simulated workers saw, on the `time.perf_counter` clock."""
+
+    done: dict[str, int] = field(default_factory=dict)
+    finished: list[float] = field(default_factory=list)
+    calls: list[float] = field(default_factory=list)
+
+    async def work(self, api: RuntimeApi, name: str) -> None:
+        claim = await api.claim(name, FIRST_CLAIM_WAIT_SEC)
+        while claim is not None:
+            sent = time.perf_counter()
+            completed, following = await api.complete_and_claim(claim, 0)
+            received = time.perf_counter()
+            self.calls.append(received - sent)
+            if completed:
+                self.done[claim.task_id] = self.done.get(claim.task_id, 0) + 1
+                self.finished.append(received)
+            claim = following
+
+
+def as_json(report: DrainReport) -> dict[str, Any]:
+    return {
+        "mode": "drain",
+        "storage": report.storage,
+        "options": asdict(report.options),
+        "queued_per_sec": report.queued_per_sec,
+        "drained_per_sec": report.drained_per_sec,
+        "call": report.call.as_dict(),
+        "server_cpu_ms_per_task": report.server_cpu_ms_per_task,
+        "queued": report.queued,
+        "completed": report.completed,
+        "completed_twice": report.completed_twice,
+        "requests": report.requests,
+        "errors": report.errors,
+        "error_samples": report.error_samples,
+        "safe": report.safe,
+    }
+
+
+def render(report: DrainReport, console: Console) -> None:
+    options = report.options
+    table = Table(
+        title=f"bloom bench --drain: {options.tasks} tasks, {options.workers} workers, "
+        f"{options.server_workers} server process(es), {report.storage}"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    cpu = report.server_cpu_ms_per_task
+    for figure, value in (
+        (f"queued/s (batches of {BATCH})", f"{report.queued_per_sec:g}"),
+        ("drained/s (one call per task)", f"{report.drained_per_sec:g}"),
+        ("complete + claim p50", ms_text(report.call.p50_ms)),
+        ("complete + claim p99", ms_text(report.call.p99_ms)),
+        ("server CPU per task", "-" if cpu is None else f"{cpu:.2f} ms"),
+        (
+            "tasks queued / completed / completed twice",
+            f"{report.queued} / {report.completed} / {report.completed_twice}",
+        ),
+    ):
+        table.add_row(figure, value)
+    console.print(table)
+    style = "green" if report.safe else "bold red"
+    console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
+    for sample in report.error_samples:
+        console.print(f"  [red]{sample}[/]", markup=False)

@@ -1,0 +1,148 @@
+"""Fewer round trips: tasks queued in a batch, and a complete that claims the worker's next task
+(on both databases)."""
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tests.support.api import API, claim, create_task, register_worker, success
+
+BATCH = f"{API}/llm-tasks/batch"
+
+
+def item(n: int, **fields: Any) -> dict[str, Any]:
+    return {"context_id": f"ctx-{n}", "agent_slug": "default", "prompt": f"task {n}"} | fields
+
+
+async def audit_actions(client: httpx.AsyncClient, task_id: str) -> list[str]:
+    entries = (await client.get(f"{API}/audit", params={"task_id": task_id})).json()
+    return [entry["action"] for entry in entries][::-1]
+
+
+async def task_count(client: httpx.AsyncClient) -> int:
+    return len((await client.get(f"{API}/llm-tasks")).json())
+
+
+async def test_a_batch_queues_every_task_in_order(client: httpx.AsyncClient) -> None:
+    response = await client.post(BATCH, json={"tasks": [item(n, priority=n) for n in range(5)]})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["created"] == 5
+    assert [task["prompt"] for task in body["tasks"]] == [f"task {n}" for n in range(5)]
+    assert {task["status"] for task in body["tasks"]} == {"queued"}
+    for task in body["tasks"]:
+        stored = (await client.get(f"{API}/llm-tasks/{task['id']}")).json()
+        assert stored == task
+        assert await audit_actions(client, task["id"]) == ["task_created"]
+    await register_worker(client, "w1")
+    first = await claim(client, "w1")
+    assert first is not None
+    assert first["task"]["prompt"] == "task 4"  # priority still rules
+
+
+async def test_a_batch_is_all_or_nothing(client: httpx.AsyncClient) -> None:
+    bad = await client.post(BATCH, json={"tasks": [item(1), item(2, max_attempts=0)]})
+    assert bad.status_code == 400
+    assert "tasks" in bad.json()["error"]["fieldErrors"]
+    empty = await client.post(BATCH, json={"tasks": []})
+    too_many = await client.post(BATCH, json={"tasks": [item(n) for n in range(101)]})
+    assert (empty.status_code, too_many.status_code) == (400, 400)
+    await create_task(client, idempotency_key="k-1")
+    reused = await client.post(
+        BATCH, json={"tasks": [item(1), item(2, idempotency_key="k-1", prompt="other")]}
+    )
+    assert reused.status_code == 409
+    assert "k-1" in reused.json()["error"]
+    assert await task_count(client) == 1  # the first item went back with the refusal
+
+
+async def test_a_batch_answers_known_keys_with_their_tasks(client: httpx.AsyncClient) -> None:
+    tasks = [item(1, idempotency_key="a"), item(2, idempotency_key="b")]
+    first = await client.post(BATCH, json={"tasks": tasks})
+    again = await client.post(BATCH, json={"tasks": tasks})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json() | {"created": 0}
+    mixed = await client.post(BATCH, json={"tasks": [*tasks, item(3)]})
+    assert (mixed.status_code, mixed.json()["created"]) == (201, 1)
+    assert await task_count(client) == 3
+
+
+async def complete_next(
+    client: httpx.AsyncClient, task_id: str, wait: float = 0, **fields: Any
+) -> httpx.Response:
+    body = success(claim_next={"wait_seconds": wait}) | fields
+    return await client.post(f"{API}/llm-tasks/{task_id}/complete", json=body)
+
+
+async def test_a_complete_claims_the_workers_next_task(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    first = await create_task(client, prompt="first")
+    second = await create_task(client, prompt="second")
+    got = await claim(client, "w1")
+    assert got is not None
+    assert got["task"]["id"] == first["id"]
+
+    done = await complete_next(client, first["id"])
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert body["task"]["status"] == "completed"
+    assert body["result"]["status"] == "success"
+    assert body["next"]["task"]["id"] == second["id"]
+    assert body["next"]["lease"]["worker_id"] == "w1"
+    assert body["next_error"] is None
+    assert await audit_actions(client, second["id"]) == ["task_created", "task_leased"]
+
+    last = await complete_next(client, second["id"])
+    assert last.status_code == 200
+    assert (last.json()["task"]["status"], last.json()["next"]) == ("completed", None)
+
+
+async def test_a_plain_complete_answers_as_before(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    await create_task(client)
+    await claim(client, "w1")
+    done = await client.post(f"{API}/llm-tasks/{task['id']}/complete", json=success())
+    assert set(done.json()) == {"task", "artifact", "result"}
+    assert len((await client.get(f"{API}/leases")).json()) == 1  # nothing else was claimed
+
+
+async def test_the_next_claim_long_polls(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    await claim(client, "w1")
+    waiting = asyncio.create_task(complete_next(client, task["id"], wait=10))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    later = await create_task(client, prompt="later")
+    done = await asyncio.wait_for(waiting, 5)
+    assert done.json()["next"]["task"]["id"] == later["id"]
+
+
+async def test_a_refused_complete_claims_nothing(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    waiting = await create_task(client)
+    got = await claim(client, "w1")
+    assert got is not None
+    stale = await complete_next(client, task["id"], lease_id="not-the-lease")
+    assert stale.json() == {"error": "Task or lease not found"}
+    assert (await client.get(f"{API}/llm-tasks/{waiting['id']}")).json()["status"] == "queued"
+
+
+async def test_a_claim_refused_after_the_complete_is_told_beside_it(
+    client: httpx.AsyncClient,
+) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    await claim(client, "w1")
+    # The worker registers again without Claude CLI while its attempt runs: the complete stands,
+    # the claim cannot be made.
+    await register_worker(client, "w1", capabilities={"claude_cli": False})
+    done = await complete_next(client, task["id"])
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert body["task"]["status"] == "completed"
+    assert body["next"] is None
+    assert body["next_error"] == "Worker 'w1' does not run Claude CLI tasks"
