@@ -63,8 +63,8 @@ async def granted(claims: list[asyncio.Task[Any]], count: int) -> list[dict[str,
 
 
 async def stop(claims: list[asyncio.Task[Any]]) -> None:
-    for claim in claims:
-        claim.cancel()
+    for waiting in claims:
+        waiting.cancel()
     await asyncio.gather(*claims, return_exceptions=True)
 
 
