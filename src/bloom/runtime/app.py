@@ -78,13 +78,13 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         lifespan=lifespan,
         dependencies=[Depends(authorize)],  # every route has an access rule (runtime/access.py)
     )
-    for module in (
+    for module in (  # the lease protocol first: routes are matched in order, one by one
+        lease_protocol,
+        tasks,
+        workers,
         system,
         login,
-        workers,
         install,
-        tasks,
-        lease_protocol,
         events,
         records,
         usage,
