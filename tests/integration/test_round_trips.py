@@ -6,7 +6,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.api import API, claim, create_task, register_worker, success
+from tests.support.api import API, claim, create_task, failure, register_worker, success
+from tests.support.clock import FakeClock
 
 BATCH = f"{API}/llm-tasks/batch"
 
@@ -146,3 +147,41 @@ async def test_a_claim_refused_after_the_complete_is_told_beside_it(
     assert body["task"]["status"] == "completed"
     assert body["next"] is None
     assert body["next_error"] == "Worker 'w1' does not run Claude CLI tasks"
+
+
+async def test_a_repeated_complete_claims_as_a_claim_would(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    first = await create_task(client, prompt="first")
+    second = await create_task(client, prompt="second")
+    third = await create_task(client, prompt="third")
+    await claim(client, "w1")
+    done = await complete_next(client, first["id"])
+    assert done.json()["next"]["task"]["id"] == second["id"]
+    again = await complete_next(client, first["id"])
+    assert again.status_code == 200
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["task"] == done.json()["task"]
+    # its one slot holds the second task's lease: nothing more for it, nothing refused
+    assert (again.json()["next"], again.json()["next_error"]) == (None, None)
+    assert (await client.get(f"{API}/llm-tasks/{third['id']}")).json()["status"] == "queued"
+
+
+async def test_a_complete_that_pauses_its_worker_claims_nothing(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    waiting = await create_task(client)
+    await claim(client, "w1")
+    limited = failure(
+        "usage limit reached", error_code="usage_limit", retry_at=clock.now + 3_600_000
+    )
+    done = await client.post(
+        f"{API}/llm-tasks/{task['id']}/complete",
+        json=limited | {"claim_next": {"wait_seconds": 0}},
+    )
+    assert done.status_code == 200, done.text
+    assert (done.json()["next"], done.json()["next_error"]) == (None, None)
+    worker = (await client.get(f"{API}/workers/w1")).json()
+    assert worker["paused_until"] == clock.now + 3_600_000
+    assert (await client.get(f"{API}/llm-tasks/{waiting['id']}")).json()["status"] == "queued"

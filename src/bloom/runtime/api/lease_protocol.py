@@ -20,6 +20,7 @@ from bloom.runtime.api.schemas import (
 )
 from bloom.runtime.http import JSON
 from bloom.runtime.services.dispatch import DispatchFailed
+from bloom.runtime.services.leasing import Claimed
 
 router = APIRouter()
 TASKS = "/api/runtime/llm-tasks"
@@ -128,6 +129,7 @@ async def complete(
     leases: Leases,
     caller: Caller,
 ) -> JSON:
+    following = body.claim_next
     done = await attempts.complete(
         task_id,
         Completion(
@@ -143,31 +145,33 @@ async def complete(
         ),
         lease_id=body.lease_id,
         worker_id=acting_worker(caller, body.worker_id),
+        claim_next=leases.next_look(following.ttl_seconds) if following else None,
     )
     headers = {"Idempotent-Replayed": "true"} if done.replayed else None
-    if body.claim_next is None:
+    if following is None:
         reply = CompleteReply(task=done.task, artifact=done.artifact, result=done.result)
         return JSON(reply, headers=headers)
-    # The next claim is the completing worker's own: a complete is fenced by its lease. The
-    # complete is recorded whatever the claim meets, so a refusal is told beside it, not as it.
-    following: ClaimReply | None = None
-    refused: str | None = None
-    try:
-        claimed = await leases.claim(
-            done.result.worker_id,
-            wait_sec=body.claim_next.wait_seconds,
-            ttl_sec=body.claim_next.ttl_seconds,
-            gone=request.is_disconnected,
-        )
-    except ServiceError as exc:
-        refused = exc.message
-    else:
-        following = ClaimReply(lease=claimed.lease, task=claimed.task) if claimed else None
+    # The claim is the completing worker's own (a complete is fenced by its lease); its first
+    # look ran in the complete's transaction, except on a replay. A refusal is told beside the
+    # complete, which stands.
+    claimed: Claimed | None = None
+    refused = done.next_refused
+    if refused is None:
+        try:
+            claimed = await leases.follow_up(
+                done.next,
+                done.result.worker_id,
+                wait_sec=following.wait_seconds,
+                ttl_sec=following.ttl_seconds,
+                gone=request.is_disconnected,
+            )
+        except ServiceError as exc:
+            refused = exc.message
     reply = CompleteClaimReply(
         task=done.task,
         artifact=done.artifact,
         result=done.result,
-        next=following,
+        next=ClaimReply(lease=claimed.lease, task=claimed.task) if claimed else None,
         next_error=refused,
     )
     return JSON(reply, headers=headers)

@@ -12,7 +12,7 @@ import structlog
 from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
 from bloom.domain.audit import AuditAction, task_audit, worker_audit
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, NotFound, Unavailable
+from bloom.domain.errors import Conflict, NotFound, ServiceError, Unavailable
 from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
@@ -21,6 +21,7 @@ from bloom.domain.usage import Usage
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
+from bloom.runtime.services.leasing import Claimed, Missed, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -48,6 +49,10 @@ class Completed:
     artifact: Artifact | None
     result: Result
     replayed: bool
+    next: Claimed | Missed | None = None
+    """The `claim_next` look's outcome (None: not asked, a replay, or refused)."""
+    next_refused: str | None = None
+    """Why that claim was refused; the complete stands."""
 
 
 def _usage_limit_reset(completion: Completion, now: int) -> int | None:
@@ -122,15 +127,22 @@ class AttemptService:
         *,
         lease_id: str | None = None,
         worker_id: str | None = None,
+        claim_next: NextLook | None = None,
     ) -> Completed:
         """Record an attempt's end: result, artifact, task status, lease release and audit in one
-        transaction. Repeating it for the same lease returns the first outcome unchanged."""
+        transaction. Repeating it for the same lease returns the first outcome unchanged.
+
+        `claim_next` looks for the lease's worker's next task in the same transaction, once the
+        complete is written (one commit where there were two); a refusal it raises is told in
+        `next_refused`, and the complete stands."""
         stored = await self._store(completion.output) if completion.output is not None else None
         now = self.clock()
         pause_until = _usage_limit_reset(completion, now)
+        following: Claimed | Missed | None = None
+        refused: str | None = None
         async with self.db.write() as tx:
             task, lease = await fenced(tx, task_id, lease_id, worker_id, completing=True)
-            if pause_until is not None:
+            if pause_until is not None or claim_next is not None:
                 # The worker's row before the lease and the task: every writer's lock order.
                 await tx.workers.lock(lease.worker_id)
             released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
@@ -184,6 +196,11 @@ class AttemptService:
                         task_id=task.id,
                     )
                 )
+            if claim_next is not None:
+                try:
+                    following = await claim_next(tx, lease.worker_id)
+                except ServiceError as exc:  # raised before it wrote anything
+                    refused = exc.message
         # A slot of the worker's came free, and the task may be back in the queue.
         requeued = int(finished.status == TaskStatus.QUEUED)
         self.signal.changed(Wake(requeued, frozenset({lease.worker_id})))
@@ -192,7 +209,7 @@ class AttemptService:
         budgets.announce(finished.agent_slug, passed)
         if any(crossing.exhausted for crossing in passed):
             self.releases.changed()  # its release timer learns of the new hold
-        return Completed(finished, artifact, result, replayed=False)
+        return Completed(finished, artifact, result, False, following, refused)
 
     async def _store(self, output: str) -> StoredContent:
         """The output in the artifact store before anything is committed: a task is never

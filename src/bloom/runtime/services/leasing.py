@@ -54,6 +54,10 @@ class Missed(Enum):
     """The worker takes no task now: offline, paused, or every slot taken."""
 
 
+NextLook = Callable[[Repositories, str], Awaitable[Claimed | Missed]]
+"""A look for a worker's next task, run in a transaction someone else opened (`look`)."""
+
+
 def _load(worker: Worker, active: int) -> WorkerLoad:
     return WorkerLoad(
         id=worker.id,
@@ -257,55 +261,92 @@ class LeaseService:
     async def _try_claim(
         self, worker_id: str, ttl_sec: int | None, *, touch: bool
     ) -> Claimed | Missed:
-        """One look: a grant, or why there is none."""
+        async with self.db.write() as tx:
+            return await self.look(tx, worker_id, ttl_sec, touch=touch)
+
+    async def look(
+        self, tx: Repositories, worker_id: str, ttl_sec: int | None, *, touch: bool
+    ) -> Claimed | Missed:
+        """One look at the queue for the worker, in the caller's write transaction: a grant, or
+        why there is none. It locks the worker's row first (unless the caller holds it)."""
         now = self.clock()
         ttl = ttl_sec or self.settings.ttl_sec
-        async with self.db.write() as tx:
-            checked_in = await tx.workers.check_in(worker_id, now, touch=touch)
-            if checked_in is None:
-                raise NotFound("Worker not found")
-            worker, has_assigned = checked_in
-            if not worker.claude_cli:
-                raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
-            if worker.status != WorkerStatus.ONLINE:
-                return Missed.UNABLE
-            if worker.paused_until is not None and worker.paused_until > now:
-                return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
-            if has_assigned:
-                assigned = await tx.leases.deliver_assigned(worker_id, now)
-                if assigned is not None:
-                    task = await tx.tasks.get(assigned.task_id)
-                    assert task is not None, "an active lease always has its task"
-                    return Claimed(assigned, task)
-            if worker.active_leases >= worker.max_concurrency:
-                return Missed.UNABLE  # as counted before the lock: the claim counts again below
-            lease_id = new_id(now)
-            task = await tx.tasks.claim_next(
-                worker_id=worker_id,
-                capacity=worker.max_concurrency,
-                lease_id=lease_id,
-                now=now,
-                sticky_cutoff=now - self.settings.sticky_wait_ms,
-                live_cutoff=now - self.settings.worker_live_ms,
-            )
-            if task is None:
-                return Missed.NOTHING
-            # Our clock was read before the task's creator committed, possibly a millisecond
-            # before its own reading: never record a grant as older than what it granted.
-            now = max(now, task.queued_at or task.created_at)
-            lease = Lease(
-                id=lease_id,
-                task_id=task.id,
-                worker_id=worker_id,
-                started_at=now,
-                # Until the worker's first heartbeat confirms it got the task, the lease is short:
-                # a claim response lost on the wire costs seconds, not a whole TTL.
-                expires_at=now + min(ttl, self.settings.claim_ack_sec) * 1000,
-                ttl_seconds=ttl,
-                status=LeaseStatus.ACTIVE,
-                last_heartbeat=now,
-                context_id=task.context_id,
-                claimed_at=now,
-            )
-            await self._record_grant(tx, task, lease, now, actor=worker_id)
-            return Claimed(lease, task)
+        checked_in = await tx.workers.check_in(worker_id, now, touch=touch)
+        if checked_in is None:
+            raise NotFound("Worker not found")
+        worker, has_assigned = checked_in
+        if not worker.claude_cli:
+            raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
+        if worker.status != WorkerStatus.ONLINE:
+            return Missed.UNABLE
+        if worker.paused_until is not None and worker.paused_until > now:
+            return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
+        if has_assigned:
+            assigned = await tx.leases.deliver_assigned(worker_id, now)
+            if assigned is not None:
+                task = await tx.tasks.get(assigned.task_id)
+                assert task is not None, "an active lease always has its task"
+                return Claimed(assigned, task)
+        if worker.active_leases >= worker.max_concurrency:
+            return Missed.UNABLE  # as counted before the lock: the claim counts again below
+        lease_id = new_id(now)
+        task = await tx.tasks.claim_next(
+            worker_id=worker_id,
+            capacity=worker.max_concurrency,
+            lease_id=lease_id,
+            now=now,
+            sticky_cutoff=now - self.settings.sticky_wait_ms,
+            live_cutoff=now - self.settings.worker_live_ms,
+        )
+        if task is None:
+            return Missed.NOTHING
+        # Our clock was read before the task's creator committed, possibly a millisecond
+        # before its own reading: never record a grant as older than what it granted.
+        now = max(now, task.queued_at or task.created_at)
+        lease = Lease(
+            id=lease_id,
+            task_id=task.id,
+            worker_id=worker_id,
+            started_at=now,
+            # Until the worker's first heartbeat confirms it got the task, the lease is short:
+            # a claim response lost on the wire costs seconds, not a whole TTL.
+            expires_at=now + min(ttl, self.settings.claim_ack_sec) * 1000,
+            ttl_seconds=ttl,
+            status=LeaseStatus.ACTIVE,
+            last_heartbeat=now,
+            context_id=task.context_id,
+            claimed_at=now,
+        )
+        await self._record_grant(tx, task, lease, now, actor=worker_id)
+        return Claimed(lease, task)
+
+    def next_look(self, ttl_sec: int | None) -> NextLook:
+        """A first look of a claim (`look`, touching the worker) for another use case's
+        transaction: a complete's `claim_next`."""
+
+        async def first_look(tx: Repositories, worker_id: str) -> Claimed | Missed:
+            return await self.look(tx, worker_id, ttl_sec, touch=True)
+
+        return first_look
+
+    async def follow_up(
+        self,
+        looked: Claimed | Missed | None,
+        worker_id: str,
+        *,
+        wait_sec: float | None,
+        ttl_sec: int | None = None,
+        gone: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Claimed | None:
+        """The answer of a claim whose first look ran in another transaction (a complete's
+        `claim_next`; None: it did not run): its grant as it may be sent now; else the claim
+        goes on as `claim` would, for the rest of its wait."""
+        if isinstance(looked, Claimed):
+            delivered = await self._deliverable(looked)
+            if delivered is not None:
+                metrics.claim_answered(True, 0.0)
+                return delivered
+        elif looked is not None and wait_sec == 0:
+            metrics.claim_answered(False, 0.0)
+            return None
+        return await self.claim(worker_id, wait_sec=wait_sec, ttl_sec=ttl_sec, gone=gone)
