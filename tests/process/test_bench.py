@@ -290,10 +290,11 @@ async def test_http_client_handles_204_chunked_and_a_closed_connection():
 
 
 def test_percentiles_are_nearest_rank():
-    """p50 and p99 of 1..100 ms are 50 and 99 ms; no samples means no figures."""
+    """p50, p99 and mean of 1..100 ms are 50, 99 and 50.5 ms; no samples means no figures."""
     assert percentile([1.0, 2.0, 3.0], 0.5) == 2.0
     latency = Latency.of([i / 1000 for i in range(100, 0, -1)])
     assert (latency.count, latency.p50_ms, latency.p99_ms) == (100, 50.0, 99.0)
+    assert latency.mean_ms == 50.5
     assert Latency.of([]) == Latency(0, None, None)
 
 

@@ -1,4 +1,5 @@
-"""The bench's own `bloom runtime serve`: on a free port, quiet, stopped whatever happens."""
+"""The processes the bench starts (its own `bloom runtime serve`, on a free port, quiet), stopped
+whatever happens; their memory, descriptors and CPU from /proc."""
 
 import asyncio
 import os
@@ -7,11 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from bloom.bench.http import Endpoint, HttpClientError, HttpConnection
+from bloom.bench.http import Endpoint, HttpClientError, HttpConnection, Response
 
 STOP_TIMEOUT_SEC = 20.0
 LOG_TAIL_CHARS = 3000
@@ -66,7 +68,7 @@ def process_tree(pid: int) -> ProcessUsage:
 
 
 class ServerError(RuntimeError):
-    """The server did not start, or died."""
+    """The server (or another process the bench started) did not start, or died."""
 
 
 def free_port() -> int:
@@ -75,77 +77,58 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class OwnServer:
-    """`async with OwnServer(url, workers, data_dir) as endpoint:` runs a runtime meanwhile."""
+async def answers(
+    endpoint: Endpoint, path: str, accept: Callable[[Response], bool] = lambda r: r.status == 200
+) -> bool:
+    """Whether `GET path` answers as `accept` wants (a refused connection: no)."""
+    conn = HttpConnection(endpoint, timeout=2.0)
+    try:
+        return accept(await conn.request("GET", path))
+    except HttpClientError:
+        return False
+    finally:
+        conn.close()
 
-    def __init__(self, database_url: str, server_workers: int, data_dir: Path):
-        self.database_url = database_url
-        self.server_workers = server_workers
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.log_path = data_dir / "bench-server.log"
+
+class OwnProcess:
+    """A `bloom …` command the bench runs beside itself: its output in a log file, in a session
+    of its own (a Ctrl-C reaches only the bench, which then stops it), stopped whatever happens."""
+
+    def __init__(self, name: str, args: Sequence[str], env: Mapping[str, str], log_path: Path):
+        self.name = name
+        self.args = list(args)
+        self.env = dict(env)
+        self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
-
-    async def __aenter__(self) -> Endpoint:
-        self._spawn()
-        endpoint = Endpoint("127.0.0.1", self.port)
-        try:
-            await self._wait_healthy(endpoint, limit_sec=60.0)
-        except BaseException:
-            self.stop()
-            raise
-        return endpoint
 
     @property
     def pid(self) -> int:
-        """The server's process (the parent of its workers with `server_workers` above 1)."""
+        """The process (the parent of a server's workers, when it has several)."""
         if self.process is None:
-            raise ServerError("the runtime server is not running")
+            raise ServerError(f"the {self.name} is not running")
         return self.process.pid
 
-    def _spawn(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in INHERITED_OUT}
-        env |= {
-            "DATABASE_URL": self.database_url,
-            "BLOOM_DATABASE_URL": self.database_url,
-            "BLOOM_DATA_DIR": str(self.data_dir),
-            "BLOOM_ACCESS_LOG": "false",
-            "BLOOM_LOG_LEVEL": env.get("BLOOM_LOG_LEVEL", "warning"),
-            # It drives thousands of requests per second from one address, on purpose.
-            "BLOOM_RATE_LIMIT_ENABLED": "false",
-        }
-        command = [sys.executable, "-m", "bloom.cli.main", "runtime", "serve"]
-        command += ["--host", "127.0.0.1", "--port", str(self.port)]
-        command += ["--workers", str(self.server_workers)]
+    def start(self) -> None:
+        command = [sys.executable, "-m", "bloom.cli.main", *self.args]
         with self.log_path.open("ab") as log:
-            # Its own session: a Ctrl-C reaches only the bench, which then stops the server.
             self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and CLI
-                command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def _wait_healthy(self, endpoint: Endpoint, limit_sec: float) -> None:
+    async def wait_ready(self, ready: Callable[[], Awaitable[bool]], limit_sec: float) -> None:
+        """Until `ready()` says so; ServerError if the process exits or `limit_sec` passes."""
         deadline = time.monotonic() + limit_sec
         while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                raise ServerError(f"the runtime server exited early:\n{self.log_tail()}")
-            conn = HttpConnection(endpoint, timeout=2.0)
-            try:
-                if (await conn.request("GET", "/api/runtime/health")).status == 200:
-                    return
-            except HttpClientError:
-                pass
-            finally:
-                conn.close()
+            self.check_running()
+            if await ready():
+                return
             await asyncio.sleep(0.1)
-        raise ServerError(f"the runtime server was not healthy after {limit_sec:g}s")
+        raise ServerError(f"the {self.name} was not ready after {limit_sec:g}s")
+
+    def check_running(self) -> None:
+        """ServerError, with the end of its log, once the process has exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise ServerError(f"the {self.name} exited:\n{self.log_tail()}")
 
     def stop(self) -> None:
         """SIGTERM (a graceful shutdown), then SIGKILL to its process group if it hangs."""
@@ -163,3 +146,41 @@ class OwnServer:
         if not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+
+
+class OwnServer(OwnProcess):
+    """`async with OwnServer(url, workers, data_dir) as endpoint:` runs a runtime meanwhile."""
+
+    def __init__(self, database_url: str, server_workers: int, data_dir: Path):
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if k not in INHERITED_OUT}
+        env |= {
+            "DATABASE_URL": database_url,
+            "BLOOM_DATABASE_URL": database_url,
+            "BLOOM_DATA_DIR": str(data_dir),
+            "BLOOM_ACCESS_LOG": "false",
+            "BLOOM_LOG_LEVEL": env.get("BLOOM_LOG_LEVEL", "warning"),
+            # It drives thousands of requests per second from one address, on purpose.
+            "BLOOM_RATE_LIMIT_ENABLED": "false",
+        }
+        args = ["runtime", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        args += ["--workers", str(server_workers)]
+        super().__init__("runtime server", args, env, data_dir / "bench-server.log")
+
+    async def __aenter__(self) -> Endpoint:
+        self.start()
+        endpoint = Endpoint("127.0.0.1", self.port)
+        try:
+            await self.wait_ready(lambda: answers(endpoint, "/api/runtime/health"), 60.0)
+        except BaseException:
+            self.stop()
+            raise
+        return endpoint
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -15,11 +15,13 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Latency:
-    """p50 and p99 of a set of durations, in milliseconds; None when there were no samples."""
+    """p50, p99 and mean of a set of durations, in milliseconds; None when there were no
+    samples."""
 
     count: int
     p50_ms: float | None
     p99_ms: float | None
+    mean_ms: float | None = None
 
     @classmethod
     def of(cls, seconds: Sequence[float]) -> "Latency":
@@ -30,10 +32,16 @@ class Latency:
             len(ordered),
             round(percentile(ordered, 0.50) * 1000, 3),
             round(percentile(ordered, 0.99) * 1000, 3),
+            round(sum(ordered) * 1000 / len(ordered), 3),
         )
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"count": self.count, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms}
+        return {
+            "count": self.count,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "mean_ms": self.mean_ms,
+        }
 
 
 def ms_text(value: float | None, digits: int = 1) -> str:
