@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from bloom.cli.supervisor import port_in_use
-from bloom.cli.up import ADMIN_KEY_FILE, DEMO_API_KEY, UpOptions, admin_key, banner, plan
+from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan
 from bloom.worker import claude_cli
+from bloom.worker.demo import DEMO_API_KEY
 from tests.process.test_s3_artifacts import bloom
 from tests.support.net import free_port
 from tests.support.required import unavailable

@@ -32,11 +32,10 @@ from bloom.cli.supervisor import (
     port_in_use,
 )
 from bloom.worker import claude_cli
+from bloom.worker.demo import demo_environment
 
 HOST = "127.0.0.1"
 ADMIN_KEY_FILE = "membridge-admin.key"
-DEMO_API_KEY = "demo-not-a-secret"
-DEMO_CLAUDE_ARGS = '["--bare"]'
 WORKER_DRAIN_SEC = "5"  # Ctrl-C gives running tasks this long, within the 10 s stop grace
 # Set by us for the children; the user's own values would point them elsewhere.
 OVERRIDDEN = (
@@ -47,8 +46,6 @@ OVERRIDDEN = (
     "DATABASE_URL",
     "MEMBRIDGE_DEV",
 )
-# With --demo-model the CLI talks to the echo model: the user's real credentials stay home.
-USER_CREDENTIALS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")
 
 
 @dataclass(frozen=True)
@@ -187,14 +184,8 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
     worker_env.setdefault("BLOOM_WORKER_DRAIN_TIMEOUT_SEC", WORKER_DRAIN_SEC)
     if options.worker_concurrency is not None:
         worker_env["BLOOM_WORKER_CONCURRENCY"] = str(options.worker_concurrency)
-    if options.demo_model:
-        for name in USER_CREDENTIALS:
-            worker_env.pop(name, None)
-        worker_env |= {
-            "ANTHROPIC_BASE_URL": options.model_url,
-            "ANTHROPIC_API_KEY": DEMO_API_KEY,
-            "BLOOM_CLAUDE_ARGS": DEMO_CLAUDE_ARGS,
-        }
+    if options.demo_model:  # the user's real credentials stay home
+        worker_env = demo_environment(worker_env, options.model_url)
     since_ms = time.time_ns() // 1_000_000
     children.append(
         ChildSpec(
