@@ -1,12 +1,17 @@
-"""The runtime calls a simulated worker makes, counting every unexpected reply as an error."""
+"""The runtime calls the bench makes (as simulated workers, or reading a real one's tasks), counting
+every unexpected reply as an error."""
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from bloom.bench.http import Endpoint, HttpConnection, Response
 
 API = "/api/runtime"
 MAX_SAMPLES = 5
+RECENT_LEASES = 10
+TASK_AGENT = TASK_PROMPT = "bench"
 SUCCESS = {"status": "success", "output": "bench", "metrics": {"duration_ms": 1}}
 
 
@@ -23,10 +28,14 @@ class Tally:
         return sum(conn.requests for conn in self.connections)
 
     def error(self, what: str, response: Response) -> None:
+        body = response.body[:200].decode(errors="replace")
+        self.note(f"{what}: HTTP {response.status} {body}")
+
+    def note(self, error: str) -> None:
+        """Count an error; the first few are kept to be shown."""
         self.errors += 1
         if len(self.samples) < MAX_SAMPLES:
-            body = response.body[:200].decode(errors="replace")
-            self.samples.append(f"{what}: HTTP {response.status} {body}")
+            self.samples.append(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +69,7 @@ class RuntimeApi:
 
     async def create_task(self, context_id: str) -> str | None:
         """Queue a small task; its id, or None on an error."""
-        body = {"context_id": context_id, "agent_slug": "bench", "prompt": "bench"}
+        body = {"context_id": context_id, "agent_slug": TASK_AGENT, "prompt": TASK_PROMPT}
         response = await self.conn.request("POST", f"{API}/llm-tasks", body)
         if not self._ok("create", response):
             return None
@@ -70,7 +79,7 @@ class RuntimeApi:
         """Queue small tasks in one batch; their ids, or none on an error."""
         body = {
             "tasks": [
-                {"context_id": context_id, "agent_slug": "bench", "prompt": "bench"}
+                {"context_id": context_id, "agent_slug": TASK_AGENT, "prompt": TASK_PROMPT}
                 for context_id in context_ids
             ]
         }
@@ -115,6 +124,25 @@ class RuntimeApi:
         if following is None:
             return True, None
         return True, Claim(str(following["task"]["id"]), str(following["lease"]["id"]))
+
+    async def task_events(self, task_id: str) -> list[dict[str, Any]]:
+        """Follow a task's events until it ends: each event as the stream sends it, then the
+        end (`{"status": …}`); [] on an error."""
+        response = await self.conn.request("GET", f"{API}/llm-tasks/{task_id}/events")
+        if not self._ok("events", response):
+            return []
+        return [
+            orjson.loads(line.removeprefix(b"data: "))
+            for line in response.body.splitlines()
+            if line.startswith(b"data: ")
+        ]
+
+    async def lease(self, lease_id: str) -> dict[str, Any] | None:
+        """One of the newest leases, as `GET /leases` lists it; None when not among them."""
+        response = await self.conn.request("GET", f"{API}/leases?limit={RECENT_LEASES}")
+        if not self._ok("leases", response):
+            return None
+        return next((lease for lease in response.json() if lease["id"] == lease_id), None)
 
     def close(self) -> None:
         self.conn.close()

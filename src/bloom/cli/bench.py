@@ -16,6 +16,7 @@ from bloom.bench import dashboard as dashboard_mode
 from bloom.bench import drain as drain_mode
 from bloom.bench import fleet as fleet_mode
 from bloom.bench import soak as soak_mode
+from bloom.bench import worker_overhead as overhead_mode
 from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
@@ -129,6 +130,16 @@ def bench(
     idle: Annotated[
         float, typer.Option(min=0.5, help="Fleet mode: seconds the idle CPU is measured over.")
     ] = 10.0,
+    worker_overhead: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Worker-overhead mode: a real `bloom worker run` and Claude CLI "
+            "(BLOOM_CLAUDE_BIN, else on PATH, else .cache/claude-cli), the echo model and a "
+            "server of the bench's own run this many tasks, one at a time: what the worker adds "
+            "to each beyond the CLI's own run.",
+        ),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of tables.")
     ] = False,
@@ -149,6 +160,8 @@ def bench(
 
     Drain mode (--drain 3000): a full queue emptied with one call per task; tasks/s.
 
+    Worker-overhead mode (--worker-overhead 50): a real worker's own cost per task.
+
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
 
     See docs/benchmarks.md.
@@ -159,27 +172,25 @@ def bench(
             raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
         _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
         return
+    if worker_overhead is not None:
+        _alone("--worker-overhead", url=url, depth=depth, soak=soak, fleet=fleet, drain=drain)
+        overhead_options = overhead_mode.OverheadOptions(worker_overhead, database_url=database_url)
+        _worker_overhead(overhead_options, err, json_output)
+        return
     if fleet is not None:
-        if url or depth or soak is not None:
-            raise typer.BadParameter(
-                "--fleet starts a server of its own: no --url, --depth, --soak"
-            )
+        _alone("--fleet", url=url, depth=depth, soak=soak)
         fleet_options = fleet_mode.FleetOptions(
             fleet, tasks, interval, idle, database_url=database_url, server_workers=server_workers
         )
         _fleet(fleet_options, err, json_output)
         return
     if drain is not None:
-        if url or depth or soak is not None:
-            raise typer.BadParameter(
-                "--drain starts a server of its own: no --url, --depth, --soak"
-            )
+        _alone("--drain", url=url, depth=depth, soak=soak)
         drain_options = drain_mode.DrainOptions(drain, workers, database_url, server_workers)
         _drain(drain_options, err, json_output)
         return
     if soak is not None:
-        if url or depth:
-            raise typer.BadParameter("--soak starts a server of its own: no --url, no --depth")
+        _alone("--soak", url=url, depth=depth)
         soak_options = soak_mode.SoakOptions(
             soak, rate, workers, sample_every, database_url, server_workers
         )
@@ -209,6 +220,14 @@ def bench(
     report = result.cycle or result.depth
     if report is not None and report.errors:
         raise typer.Exit(1)
+
+
+def _alone(mode: str, **others: object) -> None:
+    """Refuse a mode that starts a server of its own beside the options of another kind of run
+    (`others`: their values, None or "" when not given)."""
+    if any(value not in (None, "") for value in others.values()):
+        options = ", ".join(f"--{name}" for name in others)
+        raise typer.BadParameter(f"{mode} starts a server of its own: no {options}")
 
 
 def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_output: bool) -> None:
@@ -275,6 +294,25 @@ def _drain(options: drain_mode.DrainOptions, err: Console, json_output: bool) ->
         raise typer.Exit(1)
 
 
+def _worker_overhead(
+    options: overhead_mode.OverheadOptions, err: Console, json_output: bool
+) -> None:
+    """Worker-overhead mode: one table (or JSON) at the end; exit 1 on any error."""
+    err.print(
+        f"worker overhead: runtime, echo model and worker starting; then {options.warmup} + "
+        f"{options.tasks} tasks, one at a time",
+        highlight=False,
+    )
+    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        report = runner.run(_until_terminated(overhead_mode.run_worker_overhead(options)))
+    if json_output:
+        print_json(overhead_mode.as_json(report))
+    else:
+        overhead_mode.render(report, Console())
+    if report.errors:
+        raise typer.Exit(1)
+
+
 @contextmanager
 def _failures(err: Console) -> Iterator[None]:
     """A server-starting mode's failures as exits: usage 2, failed 1, interrupted 130."""
@@ -285,6 +323,7 @@ def _failures(err: Console) -> Iterator[None]:
         soak_mode.SoakUsageError,
         fleet_mode.FleetUsageError,
         drain_mode.DrainUsageError,
+        overhead_mode.OverheadUsageError,
         DatabaseUrlError,
     ) as exc:
         raise typer.BadParameter(str(exc)) from None
