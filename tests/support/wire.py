@@ -30,10 +30,9 @@ def task(status: str = "queued", **fields: Any) -> TaskInfo:
     return TaskInfo.from_json(task_json(status, **fields))
 
 
-def grant(
-    task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1", **task_fields: Any
-) -> Grant:
-    lease = {
+def lease_json(task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1") -> dict[str, Any]:
+    """An active lease's JSON as the runtime sends it."""
+    return {
         "id": lease_id,
         "task_id": task_id,
         "worker_id": worker_id,
@@ -44,5 +43,11 @@ def grant(
         "last_heartbeat": 1_000,
         "context_id": "c",
     }
+
+
+def grant(
+    task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1", **task_fields: Any
+) -> Grant:
+    lease = lease_json(task_id, lease_id, worker_id)
     fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1} | task_fields
     return Grant.from_json({"lease": lease, "task": task_json("leased", id=task_id, **fields)})

@@ -32,7 +32,7 @@ from bloom.worker.task_run import (
     _batch,
     _bounded,
 )
-from tests.support.wire import grant
+from tests.support.wire import grant, lease_json
 
 
 def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
@@ -284,6 +284,35 @@ async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) 
     assert all(body["lease_id"] == "l1" and body["worker_id"] == "w1" for body in seen)
     assert seen[-1]["status"] == "success"
     assert seen[-1]["output"] == "echo: hi"
+
+
+async def test_a_task_asks_the_runtime_a_heartbeat_one_events_post_and_the_complete(
+    tmp_path: Path,
+) -> None:
+    """The round trips a quick task makes, each on its way from the claim to the complete: the
+    heartbeat before the CLI starts, its output and the `finished` event in one post, then the
+    complete (after the run, every event is posted before the complete, with `finished` last)."""
+    cli = tmp_path / "claude"
+    cli.write_text(f"#!/bin/sh\ncat > /dev/null\necho '{json.dumps(result('hi'))}'\n")
+    cli.chmod(0o755)
+    asked: list[str] = []
+    posted: list[list[str]] = []
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path.rsplit("/", 1)[-1])
+        if asked[-1] == "heartbeat":
+            return httpx.Response(200, json={"lease": lease_json(), "expires_at": 301_000})
+        if asked[-1] == "events":
+            posted.append([event["type"] for event in json.loads(request.content)["events"]])
+            return httpx.Response(200, json={"task_id": "t1", "last_seq": 3, "accepted": 3})
+        return httpx.Response(200, json={})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin=str(cli))
+    book = ConversationBook(tmp_path / "s.json")
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        await TaskRun(settings, client, book, Pause(), grant()).run()
+    assert asked == ["heartbeat", "events", "complete"]
+    assert posted == [["started", "claude", "finished"]]
 
 
 async def test_live_output_waits_out_a_restarting_runtime_behind_its_proxy() -> None:

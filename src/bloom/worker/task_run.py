@@ -238,9 +238,7 @@ class TaskRun:
             await run
             raise LeaseLost(str(keeper.exception()))
         keeper.cancel()
-        report = run.result()
-        await self.outbox.flush()
-        return report
+        return run.result()  # its last events go with the attempt's `finished` (`_report`)
 
     async def _keep_alive(self, process: ClaudeProcess) -> None:
         """Flush events often and renew the lease every `heartbeat_sec`; stop the CLI when the
