@@ -5,6 +5,7 @@ The CLI is the pinned npm release (`.ci/run` installs it into `.cache/claude-cli
 these tests are skipped on a laptop and fail in CI.
 """
 
+import contextlib
 import os
 import signal
 import time
@@ -57,14 +58,28 @@ def test_two_workers_complete_twenty_tasks(stack: Stack, probe: DatabaseProbe) -
     assert kinds[-2:] == ["finished", "end"]
 
 
+def working_in(directory: Path) -> set[int]:
+    """The processes whose working directory is `directory` (from /proc: Linux)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(entry / "cwd")) == directory.resolve():
+                    found.add(int(entry.name))
+    return found
+
+
 def test_kill_9_of_a_worker_hands_its_task_to_the_other(stack: Stack, probe: DatabaseProbe) -> None:
+    """The task runs again on the other worker, once; the killed worker's CLI dies with it (its
+    parent-death signal), and its late complete is refused."""
     first = stack.add_worker("w1")
     task_id = stack.submit("slow one [[sleep 6]]")
     running = stack.wait(task_id, {"running"}, timeout=30)
     assert running["worker_id"] == "w1"
     dead_lease = running["lease_id"]
-    wait_for(lambda: list(first.work_dir.glob(f"tasks/{task_id}")), 10, "the CLI to start")
+    cli = wait_for(lambda: working_in(first.work_dir / "tasks" / task_id), 10, "the CLI to start")
     first.kill(signal.SIGKILL)
+    wait_for(lambda: not cli & working_in(first.work_dir / "tasks" / task_id), 5, "the CLI to die")
     stack.add_worker("w2")
 
     done = stack.wait(task_id, timeout=60)

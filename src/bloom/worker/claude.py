@@ -2,16 +2,20 @@
 
 `claude -p --output-format stream-json --verbose`, the prompt on stdin (never in argv, where `ps`
 would show it and the argument size limit would cut it). The CLI runs in a process group of its
-own, so a timeout or a cancel kills it and everything it started.
+own, so a timeout or a cancel kills it and everything it started; on Linux it is also killed when
+the worker dies, even by kill -9 (its parent-death signal).
 """
 
 import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +45,23 @@ def _die_with_parent() -> None:
     """In the child before exec: be killed when the worker dies, even by kill -9 (Linux)."""
     assert _LIBC is not None
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@functools.cache
+def death_signal_prefix() -> tuple[str, ...]:
+    """`setpriv --pdeathsig KILL --` where util-linux's setpriv can (2.33 and later): it sets the
+    parent-death signal, then execs the CLI. Then no `preexec_fn` does it, which would make Python
+    fork the worker's whole process for each run instead of using vfork (about 7 ms a run, on the
+    way to the CLI's start). Else none: the `preexec_fn` it is."""
+    setpriv = shutil.which("setpriv") if _LIBC is not None else None
+    if setpriv is None:
+        return ()
+    prefix = (setpriv, "--pdeathsig", "KILL", "--")
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=5)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return prefix if probe.returncode == 0 else ()
 
 
 def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
@@ -146,7 +167,9 @@ class ClaudeProcess:
 
     async def _spawn(self) -> asyncio.subprocess.Process:
         inv = self.invocation
+        prefix = death_signal_prefix()
         return await asyncio.create_subprocess_exec(
+            *prefix,
             *inv.argv(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -155,7 +178,7 @@ class ClaudeProcess:
             env=inv.env,
             start_new_session=True,
             limit=STREAM_LIMIT,
-            preexec_fn=_die_with_parent if _LIBC is not None else None,
+            preexec_fn=_die_with_parent if _LIBC is not None and not prefix else None,
         )
 
     async def _feed(self, process: asyncio.subprocess.Process) -> None:
