@@ -9,6 +9,7 @@ import pytest
 
 from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
+from bloom.worker import conversations
 from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, child_environment, known_agent
 from bloom.worker.conversations import ConversationBook
@@ -250,6 +251,31 @@ def test_the_conversation_book_survives_a_restart(tmp_path: Path) -> None:
     assert ConversationBook(path).get("ctx") is None
     path.write_text("not json")
     assert ConversationBook(path).get("other") is None
+
+
+def test_the_conversation_book_appends_a_line_per_change_and_is_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change is one line appended, the map never written whole on the way; the earlier
+    format (one JSON object, no newline) is read, and a line cut short by a crash passed over;
+    the file is written whole at start and once the lines appended outnumber the contexts."""
+    path = tmp_path / "sessions.json"
+    path.write_text(json.dumps({"a": "s-a", "b": "s-b"}))
+    book = ConversationBook(path)
+    assert path.read_text() == '{"a": "s-a", "b": "s-b"}\n'
+    book.set("c", "s-c")
+    book.forget("a")
+    book.set("c", "s-c")  # no change, no line
+    assert path.read_text().splitlines()[1:] == ['{"c": "s-c"}', '{"a": null}']
+    with path.open("a") as file:
+        file.write('{"b": "s-b2"}\n{"d": "s-')
+    again = ConversationBook(path)
+    assert [again.get(c) for c in "abcd"] == [None, "s-b2", "s-c", None]
+    assert path.read_text() == '{"b": "s-b2", "c": "s-c"}\n'
+    monkeypatch.setattr(conversations, "COMPACT_AFTER", 3)
+    for n in range(4):
+        again.set("b", f"s-{n}")
+    assert path.read_text() == '{"b": "s-3", "c": "s-c"}\n'
 
 
 def test_echo_model_directives() -> None:
