@@ -28,9 +28,9 @@ HEAVY = (
 )
 HEAVY_HELP = {"bench", "deploy"}
 """Their options' defaults and checks come from the servers' settings and the bench itself."""
-NOT_BEFORE_AN_ANSWER = ("bloom.cli.task_views", "bloom.cli.watch")
+NOT_BEFORE_AN_ANSWER = ("bloom.cli.task_views", "bloom.cli.watch", "bloom.domain.models")
 """What `bloom task list` needs only once the runtime has answered (its table), or never
-(following a task)."""
+(following a task, the runtime's entities)."""
 
 PROBE = """
 import contextlib, io, json, sys

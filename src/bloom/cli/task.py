@@ -11,7 +11,7 @@ import typer
 from bloom.cli.output import fail, print_json
 from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out
 from bloom.clients.wire import ArtifactInfo, TaskInfo
-from bloom.domain.models import DEFAULT_TIMEOUT_SEC
+from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.states import TaskStatus
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
