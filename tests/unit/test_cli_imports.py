@@ -28,9 +28,18 @@ HEAVY = (
 )
 HEAVY_HELP = {"bench", "deploy"}
 """Their options' defaults and checks come from the servers' settings and the bench itself."""
-NOT_BEFORE_AN_ANSWER = ("bloom.cli.task_views", "bloom.cli.watch", "bloom.domain.models")
-"""What `bloom task list` needs only once the runtime has answered (its table), or never
-(following a task, the runtime's entities)."""
+NOT_BEFORE_AN_ANSWER = (
+    "rich.console",
+    "rich.table",
+    "bloom.cli.task_views",
+    "bloom.cli.watch",
+    "bloom.domain.models",
+    "httpx._main",
+    "click",
+    "pygments",
+)
+"""What `bloom task list` needs only once the runtime has answered (rich, for its table), or
+never (following a task, the runtime's entities, httpx's own command line)."""
 
 PROBE = """
 import contextlib, io, json, sys
@@ -40,7 +49,7 @@ loaded = {}
 for args in invocations:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         app(args)
-    loaded[" ".join(args)] = [name for name in heavy if name in sys.modules]
+    loaded[" ".join(args)] = [name for name in heavy if sys.modules.get(name) is not None]
 print(json.dumps(loaded))
 """
 
