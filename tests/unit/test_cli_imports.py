@@ -1,7 +1,8 @@
 """`bloom --help`, `bloom version` and the help of every command group import none of the
 servers, the database, the object stores or the HTTP client: each command's module is imported
-when it runs, and imports what it needs when it runs (docs/decisions.md). Checked by what a fresh
-interpreter has imported, never by timing."""
+when it runs, and imports what it needs when it runs (docs/decisions.md); `bloom task list`
+imports the client, and nothing that only printing rows or following a task needs. Checked by
+what a fresh interpreter has imported, never by timing."""
 
 import json
 import subprocess
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 import bloom
 from bloom.cli import main
+from tests.support.net import closed_port
 
 HEAVY = (
     "sqlalchemy",
@@ -26,6 +28,18 @@ HEAVY = (
 )
 HEAVY_HELP = {"bench", "deploy"}
 """Their options' defaults and checks come from the servers' settings and the bench itself."""
+NOT_BEFORE_AN_ANSWER = (
+    "rich.console",
+    "rich.table",
+    "bloom.cli.task_views",
+    "bloom.cli.watch",
+    "bloom.domain.models",
+    "httpx._main",
+    "click",
+    "pygments",
+)
+"""What `bloom task list` needs only once the runtime has answered (rich, for its table), or
+never (following a task, the runtime's entities, httpx's own command line)."""
 
 PROBE = """
 import contextlib, io, json, sys
@@ -35,9 +49,25 @@ loaded = {}
 for args in invocations:
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         app(args)
-    loaded[" ".join(args)] = [name for name in heavy if name in sys.modules]
+    loaded[" ".join(args)] = [name for name in heavy if sys.modules.get(name) is not None]
 print(json.dumps(loaded))
 """
+
+
+def imported(names: tuple[str, ...], invocations: list[list[str]]) -> dict[str, list[str]]:
+    """Which of `names` one fresh interpreter has imported after each of `invocations`, run in
+    turn."""
+    probe = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        input=json.dumps([names, invocations]),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    loaded: dict[str, list[str]] = json.loads(probe.stdout)
+    assert list(loaded) == [" ".join(args) for args in invocations]
+    return loaded
 
 
 def test_help_imports_nothing_heavy() -> None:
@@ -48,17 +78,15 @@ def test_help_imports_nothing_heavy() -> None:
         ["--version"],
         *(args for args in groups if args[0] not in HEAVY_HELP),
     ]
-    probe = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        input=json.dumps([HEAVY, invocations]),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    loaded = json.loads(probe.stdout)
-    assert list(loaded) == [" ".join(args) for args in invocations]
+    loaded = imported(HEAVY, invocations)
     assert {args: modules for args, modules in loaded.items() if modules} == {}
+
+
+def test_task_list_imports_the_client_and_nothing_to_show_before_an_answer() -> None:
+    """Against an unreachable runtime: it called it (the client imported), and failed."""
+    args = ["task", "list", "--url", f"http://127.0.0.1:{closed_port()}"]
+    loaded = imported(("bloom.clients.runtime", *NOT_BEFORE_AN_ANSWER, *HEAVY), [args])
+    assert loaded == {" ".join(args): ["bloom.clients.runtime", "httpx"]}
 
 
 def test_listing_shows_each_command_as_it_is() -> None:

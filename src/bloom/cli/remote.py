@@ -8,11 +8,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.console import Console
 
 from bloom.cli.output import fail
 
-if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
+if TYPE_CHECKING:  # the client (httpx) when a command calls the runtime, rich when it prints
+    from rich.console import Console
+
     from bloom.clients.runtime import RuntimeApiError, RuntimeClient
 
 T = TypeVar("T")
@@ -70,15 +71,19 @@ def api_error(exc: "RuntimeApiError") -> str:
 PIPE_WIDTH = 200
 
 
-def out() -> Console:
+def out() -> "Console":
     """stdout for people; piped (and no COLUMNS set), tables keep their full width."""
+    from rich.console import Console
+
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH
     return console
 
 
-def err() -> Console:
+def err() -> "Console":
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -7,25 +7,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from bloom.cli.output import fail, print_json
-from bloom.cli.remote import (
-    DEFAULT_URL,
-    JsonOption,
-    UrlOption,
-    ago,
-    call,
-    err,
-    out,
-    styled_status,
-    when,
-)
-from bloom.cli.watch import TaskView, answer, follow
-from bloom.clients.wire import ArtifactInfo, HoldInfo, TaskInfo
-from bloom.domain.models import DEFAULT_TIMEOUT_SEC
-from bloom.domain.states import TERMINAL, TaskStatus
+from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out
+from bloom.clients.wire import ArtifactInfo, TaskInfo
+from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
+from bloom.domain.states import TaskStatus
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
     from bloom.clients.runtime import RuntimeClient
@@ -154,31 +141,22 @@ def submit(
         else:
             typer.echo(task.id)
         return
+    from bloom.cli.watch import TaskView, follow_to_answer
+
     created: list[TaskInfo] = []
 
     async def submit_and_follow(client: "RuntimeClient") -> tuple[TaskInfo, str | None]:
         task = await client.create_task(body)
         created.append(task)
         view = TaskView(err())
-        view.console.print(
-            f"[dim]task {task.id} · context {escape(task.context_id)} · "
-            f"agent {escape(task.agent_slug)}[/]"
-        )
-        return await _follow_to_answer(client, task.id, view)
+        view.submitted(task)
+        return await follow_to_answer(client, task.id, view)
 
     try:
         final, content = call(url, submit_and_follow)
     except KeyboardInterrupt:
         _interrupted(created[0].id if created else None)
     _finish(final, content, json_output)
-
-
-async def _follow_to_answer(
-    client: "RuntimeClient", task_id: str, view: TaskView
-) -> tuple[TaskInfo, str | None]:
-    final = await follow(client, task_id, view)
-    content = await answer(client, task_id) if final.status == TaskStatus.COMPLETED else None
-    return final, content
 
 
 def _interrupted(task_id: str | None) -> None:
@@ -232,43 +210,9 @@ def list_tasks(
     if not tasks:
         err().print("no tasks" + (f" {status}" if status else ""))
         return
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    table.add_column("id", no_wrap=True, min_width=36)
-    table.add_column("status", no_wrap=True, min_width=9)
-    table.add_column("context", no_wrap=True, max_width=24, overflow="ellipsis")
-    table.add_column("worker", no_wrap=True, max_width=20, overflow="ellipsis")
-    table.add_column("attempts", no_wrap=True)
-    table.add_column("created", no_wrap=True, min_width=8)
-    table.add_column("prompt", no_wrap=True, overflow="ellipsis", ratio=1)
-    now = time.time_ns() // 1_000_000
-    for task in tasks:
-        table.add_row(
-            task.id,
-            styled_status(task.status) + (" [yellow]held[/]" if task.hold else ""),
-            escape(task.context_id),
-            escape(task.worker_id or "-"),
-            f"{task.attempts}/{task.max_attempts}",
-            ago(task.created_at, now),
-            escape(_preview(task.prompt)),
-        )
-    out().print(table)
+    from bloom.cli.task_views import task_table
 
-
-def _amount(usd: float) -> str:
-    """`0`, `0.5`, `12`: dollars as people write them."""
-    return f"{usd:g}"
-
-
-def _hold_text(hold: HoldInfo) -> str:
-    return (
-        f"[yellow]project {escape(hold.project)} has spent its budget ({hold.reason}): until "
-        f"{when(hold.until)} ({ago(hold.until)}); `bloom budget list`[/]"
-    )
-
-
-def _preview(prompt: str, width: int = 50) -> str:
-    line = " ".join(prompt.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+    out().print(task_table(tasks))
 
 
 @app.command()
@@ -290,49 +234,9 @@ def show(
         raw_artifacts = [artifact.raw for artifact in artifacts]
         print_json({**task.raw, "artifacts": raw_artifacts, "output": content})
         return
-    console = out()
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    policy = task.policy
-    cancelling = task.cancel_requested and task.status not in TERMINAL
-    rows: list[tuple[str, str]] = [
-        ("id", task.id),
-        (
-            "status",
-            styled_status(task.status) + (" [yellow](cancel requested)[/]" if cancelling else ""),
-        ),
-        ("context", escape(task.context_id)),
-        ("agent", escape(task.agent_slug)),
-        ("format", task.desired_format),
-        ("priority", str(task.priority)),
-        ("attempts", f"{task.attempts} of {task.max_attempts}"),
-        ("policy", f"timeout {policy.timeout_sec}s, budget ${_amount(policy.budget)}"),
-        ("worker", escape(task.worker_id or "-")),
-        ("lease", task.lease_id or "-"),
-        ("session", escape(task.session_id or "-")),
-        ("created", f"{when(task.created_at)} ({ago(task.created_at)})"),
-        ("updated", f"{when(task.updated_at)} ({ago(task.updated_at)})"),
-    ]
-    if task.hold is not None:
-        rows.append(("waits", _hold_text(task.hold)))
-    if task.not_before:
-        rows.append(("not before", when(task.not_before)))
-    if task.context_hints:
-        rows.append(("hints", escape(", ".join(task.context_hints))))
-    if task.idempotency_key:
-        rows.append(("idempotency key", escape(task.idempotency_key)))
-    for name, value in rows:
-        grid.add_row(name, value)
-    console.print(grid)
-    console.print("\n[bold]prompt[/]")
-    console.print(task.prompt, markup=False)
-    if task.last_error:
-        console.print("\n[bold]last error[/]")
-        console.print(f"[red]{escape(task.last_error)}[/]")
-    if content is not None:
-        console.print(f"\n[bold]answer[/] [dim](artifact {artifacts[0].id})[/]")
-        console.print(content, markup=False)
+    from bloom.cli.task_views import print_task
+
+    print_task(out(), task, artifacts, content)
 
 
 @app.command()
@@ -344,10 +248,12 @@ def watch(
     """Follow a task until it ends (progress and live output on stderr), then print its answer.
     Exit status 1 unless it completed."""
 
+    from bloom.cli.watch import TaskView, follow_to_answer
+
     async def watch_it(client: "RuntimeClient") -> tuple[TaskInfo, str | None]:
         task = await client.get_task(task_id)
         view = TaskView(err(), clock=time.time, started=task.created_at / 1000)
-        return await _follow_to_answer(client, task_id, view)
+        return await follow_to_answer(client, task_id, view)
 
     try:
         final, content = call(url, watch_it)

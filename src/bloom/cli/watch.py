@@ -1,7 +1,9 @@
 """Following one task for a person: its progress (queued → leased to <worker> → running, with the
 time elapsed), its live output from the events stream, and then its answer.
 
-`TaskView` renders; `follow` drives it from the runtime until the task has ended.
+`TaskView` renders; `follow` drives it from the runtime until the task has ended, and
+`follow_to_answer` fetches the answer after. `bloom task submit --wait` and `bloom task watch`
+import this module when they run.
 """
 
 import asyncio
@@ -15,7 +17,7 @@ from rich.markup import escape
 from rich.status import Status
 
 from bloom.clients.wire import TaskInfo
-from bloom.domain.states import TERMINAL
+from bloom.domain.states import TERMINAL, TaskStatus
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
     from bloom.clients.runtime import RuntimeClient, TaskEvent
@@ -43,6 +45,13 @@ class TaskView:
         self.streamed = False  # whether any live output arrived
 
     # progress
+
+    def submitted(self, task: TaskInfo) -> None:
+        """The line that opens `bloom task submit --wait`: the new task, its context and agent."""
+        self.console.print(
+            f"[dim]task {task.id} · context {escape(task.context_id)} · "
+            f"agent {escape(task.agent_slug)}[/]"
+        )
 
     def elapsed(self) -> str:
         return f"{self.clock() - self.started:5.1f}s"
@@ -218,6 +227,15 @@ async def _poll(client: "RuntimeClient", task_id: str, view: TaskView, every: fl
         view.status(task)
         if task.status in TERMINAL:
             return
+
+
+async def follow_to_answer(
+    client: "RuntimeClient", task_id: str, view: TaskView
+) -> tuple[TaskInfo, str | None]:
+    """`follow` the task until it has ended; the ended task, and its answer if it completed."""
+    final = await follow(client, task_id, view)
+    content = await answer(client, task_id) if final.status == TaskStatus.COMPLETED else None
+    return final, content
 
 
 async def answer(client: "RuntimeClient", task_id: str) -> str | None:

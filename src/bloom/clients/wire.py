@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from bloom.clients.fields import Fields
-from bloom.domain.models import DEFAULT_TIMEOUT_SEC
+from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
 

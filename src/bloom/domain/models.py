@@ -16,9 +16,6 @@ from bloom.domain.states import (
     WorkerStatus,
 )
 
-DEFAULT_TIMEOUT_SEC = 120
-"""How long one attempt may run when the task's policy does not say (the seed's default)."""
-DEFAULT_POLICY: dict[str, Any] = {"timeout_sec": DEFAULT_TIMEOUT_SEC, "budget": 0}
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 MAX_CLAIM_WAIT_SEC = 120
 """The longest a claim may long-poll for work (a request's `wait_seconds`, the runtime's and the

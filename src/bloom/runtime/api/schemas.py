@@ -24,7 +24,6 @@ from pydantic_core import PydanticCustomError
 
 from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import (
-    DEFAULT_TIMEOUT_SEC,
     MAX_CLAIM_WAIT_SEC,
     Artifact,
     Lease,
@@ -32,6 +31,7 @@ from bloom.domain.models import (
     Task,
     Worker,
 )
+from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus, WorkerStatus
 from bloom.domain.usage import MAX_MODEL_CHARS, UsageGroup, UsageRow, UsageSums

@@ -10,8 +10,9 @@ from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
-from bloom.domain.models import DEFAULT_POLICY, Task
+from bloom.domain.models import Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
+from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.runtime.services.signals import ONE, QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase

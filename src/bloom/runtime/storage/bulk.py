@@ -31,7 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.pool import NullPool
 
 from bloom.db.database import DatabaseTarget, StorageKind
-from bloom.domain.models import DEFAULT_POLICY
+from bloom.domain.policy import DEFAULT_POLICY
 from bloom.runtime.storage.tables import llm_tasks
 
 Progress = Callable[[int, int], None]

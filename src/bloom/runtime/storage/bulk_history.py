@@ -34,7 +34,7 @@ from sqlalchemy import (
 
 from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.domain.history import MINUTE_MS
-from bloom.domain.models import DEFAULT_POLICY
+from bloom.domain.policy import DEFAULT_POLICY
 from bloom.runtime.storage.bulk import CHUNK_ROWS, Progress, connect, random_tail, series, uuid7
 from bloom.runtime.storage.tables import audit_logs, leases, llm_results, llm_tasks, queue_samples
 
