@@ -128,3 +128,24 @@ async def test_a_wake_that_finds_nothing_ends_there(
     assert len(looks) == 1, looks  # that one found nothing and passed nothing on
     assert not any(claim.done() for claim in claims)
     await stop(claims)
+
+
+async def test_a_claim_whose_caller_left_passes_its_wake_on(client: httpx.AsyncClient) -> None:
+    leases: LeaseService = client.app.state.container.leases  # type: ignore[attr-defined]
+    await register_worker(client, "staying")
+    await register_worker(client, "leaving")
+    staying = asyncio.create_task(leases.claim("staying", wait_sec=WAIT))
+    left = False
+
+    async def gone() -> bool:
+        return left
+
+    leaving = asyncio.create_task(leases.claim("leaving", wait_sec=WAIT, gone=gone))
+    while client.app.state.container.signal.waiters < 2:  # type: ignore[attr-defined]
+        await asyncio.sleep(0.01)
+    left = True  # hung up, not yet noticed: the newest claim, the one a new task wakes
+    task = await create_task(client)
+    assert await asyncio.wait_for(leaving, SOON) is None
+    claimed = await asyncio.wait_for(staying, SOON)
+    assert claimed is not None
+    assert claimed.task.id == task["id"]

@@ -6,14 +6,14 @@ from bloom.runtime.services.signals import EVERYONE, ONE, QueueSignal, Wake
 from bloom.runtime.storage.notifications import MAX_NAMED_WORKERS, PAYLOAD_BYTES
 
 
-async def test_a_change_wakes_the_oldest_waiters_it_counts() -> None:
+async def test_a_change_wakes_the_newest_waiters_it_counts() -> None:
     signal = QueueSignal()
     with signal.waiting("a") as a, signal.waiting("b") as b, signal.waiting("c") as c:
-        signal.wake(Wake(2))
-        assert (a.is_set(), b.is_set(), c.is_set()) == (True, True, False)
+        signal.wake(Wake(2))  # the oldest claim is the nearest to the end of its long poll
+        assert (a.is_set(), b.is_set(), c.is_set()) == (False, True, True)
         assert signal.waiters == 1  # the woken ones are no longer waiting
         signal.wake(ONE)
-        assert c.is_set()
+        assert a.is_set()
     assert signal.waiters == 0
 
 
@@ -26,12 +26,12 @@ async def test_a_change_wakes_every_claim_of_the_workers_it_names() -> None:
         signal.waiting("b") as b2,
     ):
         signal.wake(Wake(1, frozenset({"b"})))
-        # b's two claims, and one more: the oldest of the others
-        assert (a.is_set(), b1.is_set(), c.is_set(), b2.is_set()) == (True, True, False, True)
+        # b's two claims, and one more: the newest of the others
+        assert (a.is_set(), b1.is_set(), c.is_set(), b2.is_set()) == (False, True, True, True)
         signal.wake(Wake(0, frozenset({"nobody"})))
-        assert not c.is_set()
+        assert not a.is_set()
         signal.wake(EVERYONE)
-        assert c.is_set()
+        assert a.is_set()
 
 
 async def test_a_claim_that_stopped_waiting_is_not_woken_in_anothers_place() -> None:
@@ -58,7 +58,7 @@ async def test_passing_on_wakes_one_more_here_only() -> None:
     signal = QueueSignal(published.append)
     with signal.waiting("a") as a, signal.waiting("b") as b:
         signal.passed_on()
-        assert (a.is_set(), b.is_set()) == (True, False)
+        assert (a.is_set(), b.is_set()) == (False, True)
     assert published == []
 
 

@@ -214,14 +214,21 @@ class LeaseService:
                     first = False
                     able = looked is not Missed.UNABLE
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (gone is not None and await gone()):
-                    metrics.claim_answered(False, time.monotonic() - started)
-                    return None
-                # Woken by a change, or by `wake_if_ready`; a timeout only looks at the caller.
-                woken = await wait_for_signal(
-                    waiter, min(remaining, self.settings.claim_recheck_sec)
-                )
-            if gone is not None and await gone():
+                ending = remaining <= 0 or (gone is not None and await gone())
+                if not ending:
+                    # Woken by a change, or by `wake_if_ready`; a timeout only looks at the
+                    # caller. Woken as the wait timed out still counts: it looks once more.
+                    woken = (
+                        await wait_for_signal(
+                            waiter, min(remaining, self.settings.claim_recheck_sec)
+                        )
+                        or waiter.is_set()
+                    )
+                    ending = gone is not None and await gone()
+            if ending:
+                if waiter.is_set():  # woken for work it will not look for: the next one looks
+                    self.signal.passed_on()
+                metrics.claim_answered(False, time.monotonic() - started)
                 return None
 
     async def wake_if_ready(self) -> None:

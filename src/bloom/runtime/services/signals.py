@@ -17,12 +17,14 @@ class QueueSignal:
 
     A claim registers with `waiting(worker_id)` *before* it looks at the queue, so a change that
     lands between its look and its wait still wakes it. A change wakes, per its `Wake`, that many
-    claims in the order they began waiting and every claim of the workers it names: a new task
-    wakes one claim, not all of them (2,000 waiting claims each ran a transaction per task). A
+    claims, the latest to begin waiting first (the oldest are the nearest to the end of their
+    long poll), and every claim of the workers it names: a new task wakes one claim, not all of
+    them (2,000 waiting claims each ran a transaction per task). A
     claim whose worker can take nothing now (`able=False`: offline, paused, every slot taken) is
     passed over by counted wakes; its worker is named when a slot of its comes free. A woken
     claim that gets work passes one wake on (`passed_on`), since more may be waiting; one that
-    finds none does not. What no change announced, or a wake that reached a claim the work was
+    finds none does not, and one that ends without looking (its caller gone) passes its wake
+    on. What no change announced, or a wake that reached a claim the work was
     not for (a context kept for another worker), is found by `LeaseService.wake_if_ready`, which
     wakes everyone.
 
@@ -33,7 +35,8 @@ class QueueSignal:
 
     def __init__(self, publish: Callable[[Wake], None] | None = None) -> None:
         self._waiting: dict[asyncio.Event, tuple[str, bool]] = {}
-        """Each waiting claim's event, worker and whether it can take work, oldest first."""
+        """Each waiting claim's event, worker and whether it can take work, in the order they
+        began waiting."""
         self._any_change = asyncio.Event()
         self.publish = publish
 
@@ -63,9 +66,9 @@ class QueueSignal:
             woken = list(self._waiting)
         else:
             named = {e for e, (worker, _) in self._waiting.items() if worker in wake.workers}
-            able = (e for e, (_, can) in self._waiting.items() if can and e not in named)
-            oldest = islice(able, wake.count)
-            woken = [*named, *oldest]
+            able = (e for e in reversed(self._waiting) if self._waiting[e][1] and e not in named)
+            newest = islice(able, wake.count)
+            woken = [*named, *newest]
         for event in woken:
             del self._waiting[event]
             event.set()
