@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from bloom.bench.api import RuntimeApi, Tally
 from bloom.bench.server import OwnServer, process_tree
 from bloom.bench.stats import Latency, ms_text
+from bloom.bench.tables import figures_table, print_errors
 from bloom.db.database import StorageKind, resolve_database
 
 BATCH = 100
@@ -169,14 +169,12 @@ def as_json(report: DrainReport) -> dict[str, Any]:
 
 def render(report: DrainReport, console: Console) -> None:
     options = report.options
-    table = Table(
-        title=f"bloom bench --drain: {options.tasks} tasks, {options.workers} workers, "
+    title = (
+        f"bloom bench --drain: {options.tasks} tasks, {options.workers} workers, "
         f"{options.server_workers} server process(es), {report.storage}"
     )
-    table.add_column("figure")
-    table.add_column("value", justify="right")
     cpu = report.server_cpu_ms_per_task
-    for figure, value in (
+    rows = (
         (f"queued/s (batches of {BATCH})", f"{report.queued_per_sec:g}"),
         ("drained/s (one call per task)", f"{report.drained_per_sec:g}"),
         ("complete + claim p50", ms_text(report.call.p50_ms)),
@@ -186,10 +184,8 @@ def render(report: DrainReport, console: Console) -> None:
             "tasks queued / completed / completed twice",
             f"{report.queued} / {report.completed} / {report.completed_twice}",
         ),
-    ):
-        table.add_row(figure, value)
-    console.print(table)
-    style = "green" if report.safe else "bold red"
-    console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
-    for sample in report.error_samples:
-        console.print(f"  [red]{sample}[/]", markup=False)
+    )
+    console.print(figures_table(title, rows))
+    print_errors(
+        console, report.errors, report.error_samples, ok=report.safe, requests=report.requests
+    )

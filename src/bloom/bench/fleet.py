@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from bloom.bench.api import RuntimeApi, Tally
 from bloom.bench.server import OwnServer, on_linux, process_tree
 from bloom.bench.stats import Latency, ms_text
+from bloom.bench.tables import figures_table, print_errors
 from bloom.db.database import StorageKind, resolve_database
 
 REGISTER_AT_ONCE = 100
@@ -212,15 +212,13 @@ def as_json(report: FleetReport) -> dict[str, Any]:
 
 def render(report: FleetReport, console: Console) -> None:
     options = report.options
-    table = Table(
-        title=f"bloom bench --fleet: {options.workers} workers waiting "
+    title = (
+        f"bloom bench --fleet: {options.workers} workers waiting "
         f"(claims of {options.wait:g} s), {options.tasks} tasks {options.interval:g} s apart, "
         f"{report.storage}"
     )
-    table.add_column("figure")
-    table.add_column("value", justify="right")
     latency = report.start_latency
-    for figure, value in (
+    rows = (
         (f"server CPU, idle {options.idle:g} s", f"{report.idle_cpu_percent:g} % of a core"),
         ("server RSS", f"{report.rss_kb / 1024:.1f} MiB"),
         ("create → start p50", ms_text(latency.p50_ms)),
@@ -230,10 +228,8 @@ def render(report: FleetReport, console: Console) -> None:
             f"{report.created} / {report.started} / {report.completed}",
         ),
         ("tasks granted to two workers", str(report.granted_twice)),
-    ):
-        table.add_row(figure, value)
-    console.print(table)
-    style = "green" if report.safe else "bold red"
-    console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
-    for sample in report.error_samples:
-        console.print(f"  [red]{sample}[/]", markup=False)
+    )
+    console.print(figures_table(title, rows))
+    print_errors(
+        console, report.errors, report.error_samples, ok=report.safe, requests=report.requests
+    )

@@ -10,6 +10,7 @@ from bloom.bench.cycle import CycleReport
 from bloom.bench.depth import DepthReport
 from bloom.bench.runner import BenchResult
 from bloom.bench.stats import Latency, ms_text
+from bloom.bench.tables import print_errors
 
 
 def as_json(result: BenchResult) -> dict[str, Any]:
@@ -66,10 +67,7 @@ def render(result: BenchResult, console: Console) -> None:
     elif result.depth is not None:
         _render_depth(result.depth, console)
         errors, samples = result.depth.errors, result.depth.error_samples
-    style = "green" if errors == 0 else "bold red"
-    console.print(f"[{style}]errors: {errors}[/]")
-    for sample in samples:
-        console.print(f"  [red]{sample}[/]", markup=False)
+    print_errors(console, errors, samples, ok=errors == 0)
     ctx = result.context
     processes = "?" if ctx.server_processes is None else str(ctx.server_processes)
     console.print(

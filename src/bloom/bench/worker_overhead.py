@@ -42,6 +42,7 @@ from bloom.bench.api import TASK_AGENT, TASK_PROMPT, RuntimeApi, Tally
 from bloom.bench.http import Endpoint
 from bloom.bench.server import OwnProcess, OwnServer, answers, free_port
 from bloom.bench.stats import Latency, ms_text
+from bloom.bench.tables import print_errors
 from bloom.db.database import resolve_database
 from bloom.worker.claude import Invocation, child_environment, without_secrets
 from bloom.worker.claude_cli import configured_claude, find_claude
@@ -286,7 +287,10 @@ def render(report: OverheadReport, console: Console) -> None:
             figure, ms_text(latency.p50_ms), ms_text(latency.p99_ms), ms_text(latency.mean_ms)
         )
     console.print(table)
-    style = "green" if report.errors == 0 else "bold red"
-    console.print(f"[{style}]errors: {report.errors}[/] ({report.requests} requests)")
-    for sample in report.error_samples:
-        console.print(f"  [red]{sample}[/]", markup=False)
+    print_errors(
+        console,
+        report.errors,
+        report.error_samples,
+        ok=report.errors == 0,
+        requests=report.requests,
+    )

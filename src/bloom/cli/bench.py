@@ -2,7 +2,7 @@
 
 import asyncio
 import signal
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
@@ -175,26 +175,43 @@ def bench(
     if worker_overhead is not None:
         _alone("--worker-overhead", url=url, depth=depth, soak=soak, fleet=fleet, drain=drain)
         overhead_options = overhead_mode.OverheadOptions(worker_overhead, database_url=database_url)
-        _worker_overhead(overhead_options, err, json_output)
+        err.print(
+            f"worker overhead: runtime, echo model and worker starting; then "
+            f"{overhead_options.warmup} + {worker_overhead} tasks, one at a time",
+            highlight=False,
+        )
+        overhead = _own_server(overhead_mode.run_worker_overhead(overhead_options), err)
+        ok = not overhead.errors
+        _finish(overhead, overhead_mode.as_json, overhead_mode.render, json_output, ok)
         return
     if fleet is not None:
         _alone("--fleet", url=url, depth=depth, soak=soak)
         fleet_options = fleet_mode.FleetOptions(
             fleet, tasks, interval, idle, database_url=database_url, server_workers=server_workers
         )
-        _fleet(fleet_options, err, json_output)
+        err.print(f"fleet: {fleet} workers registering and waiting", highlight=False)
+        fleet_report = _own_server(fleet_mode.run_fleet(fleet_options), err)
+        _finish(fleet_report, fleet_mode.as_json, fleet_mode.render, json_output, fleet_report.safe)
         return
     if drain is not None:
         _alone("--drain", url=url, depth=depth, soak=soak)
         drain_options = drain_mode.DrainOptions(drain, workers, database_url, server_workers)
-        _drain(drain_options, err, json_output)
+        err.print(f"drain: queueing {drain} tasks", highlight=False)
+        drained = _own_server(drain_mode.run_drain(drain_options), err)
+        _finish(drained, drain_mode.as_json, drain_mode.render, json_output, drained.safe)
         return
     if soak is not None:
         _alone("--soak", url=url, depth=depth)
         soak_options = soak_mode.SoakOptions(
             soak, rate, workers, sample_every, database_url, server_workers
         )
-        _soak(soak_options, err, json_output)
+
+        # each sample a line on standard error as it is taken, the trends at the end
+        def show(sample: soak_mode.Sample) -> None:
+            err.print(soak_mode.sample_line(sample), highlight=False, soft_wrap=True)
+
+        soaked = _own_server(soak_mode.run_soak(soak_options, show), err)
+        _finish(soaked, soak_mode.as_json, soak_mode.render, json_output, not soaked.errors)
         return
     options = BenchOptions(
         workers=workers,
@@ -252,64 +269,27 @@ def _dashboard(options: dashboard_mode.DashboardOptions, err: Console, json_outp
         dashboard_mode.render(report, Console())
 
 
-def _soak(options: soak_mode.SoakOptions, err: Console, json_output: bool) -> None:
-    """Soak mode: each sample a line on standard error as it is taken, the trends at the end."""
-
-    def show(sample: soak_mode.Sample) -> None:
-        err.print(soak_mode.sample_line(sample), highlight=False, soft_wrap=True)
-
+def _own_server(mode: Coroutine[Any, Any, T], err: Console) -> T:
+    """Run a mode that starts its own server (on uvloop, as the server runs), its failures as
+    exits (`_failures`)."""
     with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        report = runner.run(_until_terminated(soak_mode.run_soak(options, show)))
-    if json_output:
-        print_json(soak_mode.as_json(report))
-    else:
-        soak_mode.render(report, Console())
-    if report.errors:
-        raise typer.Exit(1)
+        return runner.run(_until_terminated(mode))
+    raise AssertionError("unreachable")  # pragma: no cover - _failures raises or returns
 
 
-def _fleet(options: fleet_mode.FleetOptions, err: Console, json_output: bool) -> None:
-    """Fleet mode: one table (or JSON) at the end; exit 1 unless every task started, once."""
-    err.print(f"fleet: {options.workers} workers registering and waiting", highlight=False)
-    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        report = runner.run(_until_terminated(fleet_mode.run_fleet(options)))
-    if json_output:
-        print_json(fleet_mode.as_json(report))
-    else:
-        fleet_mode.render(report, Console())
-    if not report.safe:
-        raise typer.Exit(1)
-
-
-def _drain(options: drain_mode.DrainOptions, err: Console, json_output: bool) -> None:
-    """Drain mode: one table (or JSON) at the end; exit 1 unless every task completed, once."""
-    err.print(f"drain: queueing {options.tasks} tasks", highlight=False)
-    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        report = runner.run(_until_terminated(drain_mode.run_drain(options)))
-    if json_output:
-        print_json(drain_mode.as_json(report))
-    else:
-        drain_mode.render(report, Console())
-    if not report.safe:
-        raise typer.Exit(1)
-
-
-def _worker_overhead(
-    options: overhead_mode.OverheadOptions, err: Console, json_output: bool
+def _finish(
+    report: T,
+    to_json: Callable[[T], dict[str, Any]],
+    to_table: Callable[[T, Console], None],
+    json_output: bool,
+    ok: bool,
 ) -> None:
-    """Worker-overhead mode: one table (or JSON) at the end; exit 1 on any error."""
-    err.print(
-        f"worker overhead: runtime, echo model and worker starting; then {options.warmup} + "
-        f"{options.tasks} tasks, one at a time",
-        highlight=False,
-    )
-    with _failures(err), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        report = runner.run(_until_terminated(overhead_mode.run_worker_overhead(options)))
+    """One JSON object or the mode's tables; exit 1 unless the run was `ok`."""
     if json_output:
-        print_json(overhead_mode.as_json(report))
+        print_json(to_json(report))
     else:
-        overhead_mode.render(report, Console())
-    if report.errors:
+        to_table(report, Console())
+    if not ok:
         raise typer.Exit(1)
 
 
