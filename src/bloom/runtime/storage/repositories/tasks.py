@@ -203,17 +203,14 @@ def _claim_statement() -> Any:
 
 
 _CLAIM = _claim_statement()
-_WALK_THE_QUEUE_INDEX = select(
-    func.set_config("enable_sort", "off", True),
-    func.set_config("plan_cache_mode", "force_generic_plan", True),
-)
-"""PostgreSQL, for the rest of the claim's transaction: no plan that sorts, and the plan made
-once. A burst of creates into a small table leaves its statistics saying "a few rows" until
-autoanalyze comes (up to a minute later); the planner then reads every queued row, runs the
-context test on each and sorts them (20-50 ms a claim at 4,000 queued), where walking
-`ix_llm_tasks_queue` in order stops at the first row it may take. With sorting priced out, only
-that walk is left; and since it is the plan whatever the values, planning it again for each
-claim (0.27 ms, more than running it) buys nothing (docs/decisions.md)."""
+_WALK_THE_QUEUE_INDEX = select(func.set_config("enable_sort", "off", True))
+"""PostgreSQL, for the rest of the claim's transaction: no plan that sorts. A burst of creates
+into a small table leaves its statistics saying "a few rows" until autoanalyze comes (up to a
+minute later); the planner then reads every queued row, runs the context test on each and sorts
+them (20-50 ms a claim at 4,000 queued), where walking `ix_llm_tasks_queue` in order stops at the
+first row it may take. With sorting priced out, only that walk is left. (A generic plan, made
+once, would save the claim's planning, 0.27 ms; but the one PostgreSQL made took 54 ms a claim
+at 100,000 queued, so each claim is planned for its values: docs/decisions.md.)"""
 
 
 class TaskRepository(Repository):
