@@ -19,14 +19,13 @@ class QueueSignal:
     lands between its look and its wait still wakes it. A change wakes, per its `Wake`, that many
     claims, the latest to begin waiting first (the oldest are the nearest to the end of their
     long poll), and every claim of the workers it names: a new task wakes one claim, not all of
-    them (2,000 waiting claims each ran a transaction per task). A
-    claim whose worker can take nothing now (`able=False`: offline, paused, every slot taken) is
-    passed over by counted wakes; its worker is named when a slot of its comes free. A woken
-    claim that gets work passes one wake on (`passed_on`), since more may be waiting; one that
-    finds none does not, and one that ends without looking (its caller gone) passes its wake
-    on. What no change announced, or a wake that reached a claim the work was
-    not for (a context kept for another worker), is found by `LeaseService.wake_if_ready`, which
-    wakes everyone.
+    them (2,000 waiting claims each ran a transaction per task). A claim whose worker can take
+    nothing now (`able=False`: offline, paused, every slot taken) is passed over by counted
+    wakes; its worker is named when a slot of its comes free. A woken claim that gets work passes
+    one wake on (`passed_on`), since more may be waiting; one that finds none does not; one that
+    ends without looking (its caller gone) passes its wake on. What no change announced, or a
+    wake that reached a claim the work was not for (a context kept for another worker), is found
+    by `LeaseService.wake_if_ready`, which wakes everyone.
 
     `changed()` is for the services (after their commit): it wakes this process's claims and,
     through `publish`, the other processes sharing the database. `wake()` is local only: it is
@@ -65,7 +64,11 @@ class QueueSignal:
         if wake.count is None:
             woken = list(self._waiting)
         else:
-            named = {e for e, (worker, _) in self._waiting.items() if worker in wake.workers}
+            named = (
+                {e for e, (worker, _) in self._waiting.items() if worker in wake.workers}
+                if wake.workers
+                else set()
+            )
             able = (e for e in reversed(self._waiting) if self._waiting[e][1] and e not in named)
             newest = islice(able, wake.count)
             woken = [*named, *newest]
@@ -79,8 +82,8 @@ class QueueSignal:
             self.publish(wake)
 
     def passed_on(self) -> None:
-        """A woken claim got work: the next waiting claim looks too (this process only: each
-        process was told of the change itself)."""
+        """A woken claim got work, or will not look: the next waiting claim looks too (this
+        process only: each process was told of the change itself)."""
         self.wake(ONE)
 
 
