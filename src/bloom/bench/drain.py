@@ -15,27 +15,24 @@ left out (a lease needs one only to outlive the acknowledgement window). Measure
 """
 
 import asyncio
-import tempfile
 import time
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from bloom.bench.api import RuntimeApi, Tally
-from bloom.bench.server import OwnServer, process_tree
+from bloom.bench.server import ModeUsageError, own_runtime, process_tree
 from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import figures_table, print_errors
-from bloom.db.database import StorageKind, resolve_database
 
 BATCH = 100
 FIRST_CLAIM_WAIT_SEC = 1.0
 
 
-class DrainUsageError(ValueError):
+class DrainUsageError(ModeUsageError):
     """Options that do not go together."""
 
 
@@ -73,18 +70,12 @@ async def run_drain(options: DrainOptions) -> DrainReport:
     if options.tasks < 2 or options.workers < 1:
         raise DrainUsageError("--drain needs at least 2 tasks and 1 worker")
     async with AsyncExitStack() as stack:
-        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-drain-")))
-        database_url = options.database_url or f"sqlite:///{data_dir / 'drain.db'}"
-        target = resolve_database(database_url, data_dir)
-        if options.server_workers > 1 and target.kind is StorageKind.SQLITE:
-            raise DrainUsageError("--server-workers above 1 needs a postgresql:// --database-url")
-        server = OwnServer(database_url, options.server_workers, data_dir)
-        endpoint = await stack.enter_async_context(server)
+        runtime = await own_runtime(stack, "drain", options.database_url, options.server_workers)
         tally = Tally()
-        apis = [RuntimeApi(endpoint, tally) for _ in range(options.workers)]
+        apis = [RuntimeApi(runtime.endpoint, tally) for _ in range(options.workers)]
         for api in apis:
             stack.callback(api.close)
-        report = DrainReport(options, str(target.kind))
+        report = DrainReport(options, str(runtime.target.kind))
         run_id = uuid.uuid4().hex[:8]
         names = [f"drain-{run_id}-{n}" for n in range(options.workers)]
         if not all(
@@ -98,11 +89,11 @@ async def run_drain(options: DrainOptions) -> DrainReport:
         report.queued = len(queued)
         report.queued_per_sec = round(len(queued) / (time.perf_counter() - started), 1)
         drain = _Drain()
-        cpu_before = process_tree(server.pid).cpu_sec
+        cpu_before = process_tree(runtime.server.pid).cpu_sec
         await asyncio.gather(
             *(drain.work(api, name) for api, name in zip(apis, names, strict=True))
         )
-        cpu_used = process_tree(server.pid).cpu_sec - cpu_before
+        cpu_used = process_tree(runtime.server.pid).cpu_sec - cpu_before
         report.completed = len(drain.done.keys() & queued)
         report.completed_twice = sum(1 for times in drain.done.values() if times > 1)
         if len(drain.finished) > 1:

@@ -15,22 +15,19 @@ apart; a worker given one heartbeats and completes it at once, then waits again.
 """
 
 import asyncio
-import tempfile
 import time
 import uuid
 from collections import defaultdict
 from contextlib import AsyncExitStack, suppress
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from bloom.bench.api import RuntimeApi, Tally
-from bloom.bench.server import OwnServer, on_linux, process_tree
+from bloom.bench.server import ModeUsageError, on_linux, own_runtime, process_tree
 from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import figures_table, print_errors
-from bloom.db.database import StorageKind, resolve_database
 
 REGISTER_AT_ONCE = 100
 SETTLE_SEC_PER_WORKER = 0.002
@@ -39,7 +36,7 @@ DONE_GRACE_SEC = 60.0
 ERROR_PAUSE_SEC = 0.5
 
 
-class FleetUsageError(ValueError):
+class FleetUsageError(ModeUsageError):
     """Options that do not go together, or a machine fleet mode cannot read."""
 
 
@@ -87,17 +84,12 @@ async def run_fleet(options: FleetOptions) -> FleetReport:
             "--fleet, --tasks and --idle must be positive, --interval not negative"
         )
     async with AsyncExitStack() as stack:
-        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-fleet-")))
-        database_url = options.database_url or f"sqlite:///{data_dir / 'fleet.db'}"
-        target = resolve_database(database_url, data_dir)
-        if options.server_workers > 1 and target.kind is StorageKind.SQLITE:
-            raise FleetUsageError("--server-workers above 1 needs a postgresql:// --database-url")
-        server = OwnServer(database_url, options.server_workers, data_dir)
-        endpoint = await stack.enter_async_context(server)
+        runtime = await own_runtime(stack, "fleet", options.database_url, options.server_workers)
+        server, endpoint = runtime.server, runtime.endpoint
         tally = Tally()
         fleet = _Fleet(options, [RuntimeApi(endpoint, tally) for _ in range(options.workers)])
         creator = RuntimeApi(endpoint, tally)
-        report = FleetReport(options, str(target.kind))
+        report = FleetReport(options, str(runtime.target.kind))
         try:
             await fleet.register()
             waiting = asyncio.ensure_future(fleet.run())

@@ -7,13 +7,16 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from bloom.bench.http import Endpoint, HttpClientError, HttpConnection, Response
+from bloom.db.database import DatabaseTarget, StorageKind, resolve_database
 
 STOP_TIMEOUT_SEC = 20.0
 LOG_TAIL_CHARS = 3000
@@ -184,3 +187,30 @@ class OwnServer(OwnProcess):
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class ModeUsageError(ValueError):
+    """Options a mode that starts its own server cannot run with."""
+
+
+@dataclass(frozen=True, slots=True)
+class OwnRuntime:
+    server: OwnServer
+    endpoint: Endpoint
+    target: DatabaseTarget
+    data_dir: Path
+
+
+async def own_runtime(
+    stack: AsyncExitStack, mode: str, database_url: str | None, server_workers: int
+) -> OwnRuntime:
+    """A runtime of the mode's own while `stack` lasts: on `database_url`, else on a SQLite file
+    in a temporary directory that goes with it (where the server's log is kept too)."""
+    data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bloom-{mode}-")))
+    database_url = database_url or f"sqlite:///{data_dir / f'{mode}.db'}"
+    target = resolve_database(database_url, data_dir)
+    if server_workers > 1 and target.kind is StorageKind.SQLITE:
+        raise ModeUsageError("--server-workers above 1 needs a postgresql:// --database-url")
+    server = OwnServer(database_url, server_workers, data_dir)
+    endpoint = await stack.enter_async_context(server)
+    return OwnRuntime(server, endpoint, target, data_dir)

@@ -11,28 +11,25 @@ end (the median of its last fifth): a leak shows as growth there, a steady state
 
 import asyncio
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from bloom.bench.api import RuntimeApi, Tally
-from bloom.bench.server import OwnServer, on_linux, process_tree
-from bloom.db.database import StorageKind, resolve_database
+from bloom.bench.server import ModeUsageError, on_linux, own_runtime, process_tree
 from bloom.runtime.storage.vitals import DatabaseVitals, read_vitals
 
 CLAIM_WAIT_SEC = 5.0
 MIN_ROWS_PER_SIZE = 100
 
 
-class SoakUsageError(ValueError):
+class SoakUsageError(ModeUsageError):
     """Options that do not go together, or a machine soak mode cannot read."""
 
 
@@ -140,13 +137,8 @@ async def run_soak(
     if options.rate <= 0 or options.sample_every <= 0:
         raise SoakUsageError("--rate and --sample-every must be positive")
     async with AsyncExitStack() as stack:
-        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-soak-")))
-        database_url = options.database_url or f"sqlite:///{data_dir / 'soak.db'}"
-        target = resolve_database(database_url, data_dir)
-        if options.server_workers > 1 and target.kind is StorageKind.SQLITE:
-            raise SoakUsageError("--server-workers above 1 needs a postgresql:// --database-url")
-        server = OwnServer(database_url, options.server_workers, data_dir)
-        endpoint = await stack.enter_async_context(server)
+        runtime = await own_runtime(stack, "soak", options.database_url, options.server_workers)
+        server, endpoint, target = runtime.server, runtime.endpoint, runtime.target
         report = SoakReport(options, str(target.kind))
         tally = Tally()
         fleet = _Fleet(options, [RuntimeApi(endpoint, tally) for _ in range(options.workers)])

@@ -26,7 +26,6 @@ import contextlib
 import os
 import shutil
 import signal
-import tempfile
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -40,10 +39,9 @@ from rich.table import Table
 
 from bloom.bench.api import TASK_AGENT, TASK_PROMPT, RuntimeApi, Tally
 from bloom.bench.http import Endpoint
-from bloom.bench.server import OwnProcess, OwnServer, answers, free_port
+from bloom.bench.server import ModeUsageError, OwnProcess, answers, free_port, own_runtime
 from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import print_errors
-from bloom.db.database import resolve_database
 from bloom.worker.claude import Invocation, child_environment, without_secrets
 from bloom.worker.claude_cli import configured_claude, find_claude
 from bloom.worker.demo import DEMO_CLAUDE_ARGS, demo_environment
@@ -52,7 +50,7 @@ CLI_TIMEOUT_SEC = 120
 READY_SEC = 60.0
 
 
-class OverheadUsageError(ValueError):
+class OverheadUsageError(ModeUsageError):
     """Options that do not go together, or no Claude CLI to run."""
 
 
@@ -130,10 +128,8 @@ async def run_worker_overhead(options: OverheadOptions) -> OverheadReport:
         raise OverheadUsageError("--worker-overhead must be positive")
     claude = claude_binary(options.claude_bin)
     async with AsyncExitStack() as stack:
-        data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bloom-wo-")))
-        database_url = options.database_url or f"sqlite:///{data_dir / 'overhead.db'}"
-        storage = str(resolve_database(database_url, data_dir).kind)
-        runtime = await stack.enter_async_context(OwnServer(database_url, 1, data_dir))
+        own = await own_runtime(stack, "overhead", options.database_url, 1)
+        runtime, data_dir, storage = own.endpoint, own.data_dir, str(own.target.kind)
         model = Endpoint("127.0.0.1", free_port())
         echo = OwnProcess(
             "echo model",

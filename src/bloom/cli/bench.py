@@ -20,7 +20,7 @@ from bloom.bench import worker_overhead as overhead_mode
 from bloom.bench.http import HttpClientError
 from bloom.bench.report import as_json, render
 from bloom.bench.runner import BenchOptions, BenchResult, BenchUsageError, run_bench
-from bloom.bench.server import ServerError
+from bloom.bench.server import ModeUsageError, ServerError
 from bloom.cli.output import print_json
 from bloom.db.database import DatabaseUrlError
 from bloom.runtime.storage import bulk
@@ -300,10 +300,7 @@ def _failures(err: Console) -> Iterator[None]:
         yield
     except (
         BenchUsageError,
-        soak_mode.SoakUsageError,
-        fleet_mode.FleetUsageError,
-        drain_mode.DrainUsageError,
-        overhead_mode.OverheadUsageError,
+        ModeUsageError,
         DatabaseUrlError,
     ) as exc:
         raise typer.BadParameter(str(exc)) from None
