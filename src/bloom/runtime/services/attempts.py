@@ -209,7 +209,9 @@ class AttemptService:
         budgets.announce(finished.agent_slug, passed)
         if any(crossing.exhausted for crossing in passed):
             self.releases.changed()  # its release timer learns of the new hold
-        return Completed(finished, artifact, result, False, following, refused)
+        return Completed(
+            finished, artifact, result, replayed=False, next=following, next_refused=refused
+        )
 
     async def _store(self, output: str) -> StoredContent:
         """The output in the artifact store before anything is committed: a task is never
