@@ -356,3 +356,26 @@ def test_ctrl_c_stops_the_server_it_started():
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+async def test_the_benchs_server_moves_off_a_port_taken_before_it_bound(
+    tmp_path, monkeypatch
+) -> None:
+    """free_port() closes the port it found; another process may bind it first."""
+    import socket
+
+    from bloom.bench import server as bench_server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    real_free_port = bench_server.free_port
+    monkeypatch.setattr(bench_server, "free_port", lambda: next(ports, None) or real_free_port())
+    try:
+        own = bench_server.OwnServer(f"sqlite:///{tmp_path / 'b.db'}", 1, tmp_path)
+        async with own as endpoint:
+            assert endpoint.port != taken.getsockname()[1]
+            assert await bench_server.answers(endpoint, "/api/runtime/health")
+    finally:
+        taken.close()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -19,6 +20,7 @@ from bloom.bench.http import Endpoint, HttpClientError, HttpConnection, Response
 from bloom.db.database import DatabaseTarget, StorageKind, resolve_database
 
 STOP_TIMEOUT_SEC = 20.0
+PORT_ATTEMPTS = 3
 LOG_TAIL_CHARS = 3000
 # Settings the server must not inherit from the caller's shell: the bench sets its own.
 INHERITED_OUT = ("RUNTIME_API_KEY", "BLOOM_API_KEY", "BLOOM_HOST", "BLOOM_PORT", "PORT")
@@ -166,19 +168,32 @@ class OwnServer(OwnProcess):
             # It drives thousands of requests per second from one address, on purpose.
             "BLOOM_RATE_LIMIT_ENABLED": "false",
         }
+        self.server_workers = server_workers
+        super().__init__("runtime server", self._args(), env, data_dir / "bench-server.log")
+
+    def _args(self) -> list[str]:
         args = ["runtime", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-        args += ["--workers", str(server_workers)]
-        super().__init__("runtime server", args, env, data_dir / "bench-server.log")
+        return [*args, "--workers", str(self.server_workers)]
 
     async def __aenter__(self) -> Endpoint:
-        self.start()
-        endpoint = Endpoint("127.0.0.1", self.port)
-        try:
-            await self.wait_ready(lambda: answers(endpoint, "/api/runtime/health"), 60.0)
-        except BaseException:
-            self.stop()
-            raise
-        return endpoint
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.start()
+            endpoint = Endpoint("127.0.0.1", self.port)
+            try:
+                await self.wait_ready(partial(answers, endpoint, "/api/runtime/health"), 60.0)
+            except ServerError:
+                self.stop()
+                # The free port found was taken before the server bound it: another one.
+                if attempt == PORT_ATTEMPTS or "address already in use" not in self.log_tail():
+                    raise
+                self.port = free_port()
+                self.args = self._args()
+                continue
+            except BaseException:
+                self.stop()
+                raise
+            return endpoint
+        raise AssertionError("unreachable")  # pragma: no cover - the last attempt raises
 
     async def __aexit__(
         self,
