@@ -118,6 +118,9 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
     bodies: dict[tuple[str, str], dict[str, Any]] = {
         ("POST", f"{API}/workers"): {"name": "wa", "capabilities": {"max_concurrency": 4}},
         ("POST", f"{API}/workers/{{worker_id}}/claim"): {"wait_seconds": 0},
+        ("POST", f"{API}/workers/{{worker_id}}/complete"): {
+            "completes": [success("x", task_id=world.task_id, **lease)]
+        },
         ("POST", f"{API}/llm-tasks"): {"context_id": "c", "agent_slug": "d", "prompt": "p"},
         ("POST", f"{API}/llm-tasks/{{task_id}}/heartbeat"): lease,
         ("POST", f"{API}/llm-tasks/{{task_id}}/complete"): success("x", **lease),
@@ -359,6 +362,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         ("POST", f"{API}/workers"),
         ("GET", f"{API}/workers/{{worker_id}}"),  # its own: the install script's check
         ("POST", f"{API}/workers/{{worker_id}}/claim"),
+        ("POST", f"{API}/workers/{{worker_id}}/complete"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/heartbeat"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/complete"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"),

@@ -185,3 +185,133 @@ async def test_a_complete_that_pauses_its_worker_claims_nothing(
     worker = (await client.get(f"{API}/workers/w1")).json()
     assert worker["paused_until"] == clock.now + 3_600_000
     assert (await client.get(f"{API}/llm-tasks/{waiting['id']}")).json()["status"] == "queued"
+
+
+async def complete_many(
+    client: httpx.AsyncClient, worker: str, ends: list[dict[str, Any]], **claim_next: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"completes": ends}
+    if claim_next:
+        body["claim_next"] = claim_next
+    response = await client.post(f"{API}/workers/{worker}/complete", json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def claimed_tasks(client: httpx.AsyncClient, worker: str, count: int) -> list[str]:
+    grants = [await claim(client, worker) for _ in range(count)]
+    return [grant["task"]["id"] for grant in grants if grant is not None]
+
+
+async def artifacts_of(client: httpx.AsyncClient, task_id: str) -> list[dict[str, Any]]:
+    return list((await client.get(f"{API}/artifacts", params={"task_id": task_id})).json())
+
+
+async def test_a_worker_completes_several_and_claims_its_next_ones(
+    client: httpx.AsyncClient,
+) -> None:
+    await register_worker(client, "w1", slots=3)
+    queued = [(await create_task(client, prompt=f"task {n}"))["id"] for n in range(6)]
+    held = await claimed_tasks(client, "w1", 3)
+    assert held == queued[:3]
+
+    body = await complete_many(
+        client,
+        "w1",
+        [success(f"out {n}", task_id=task) for n, task in enumerate(held)],
+        wait_seconds=0,
+        max_tasks=3,
+    )
+    assert [end["task_id"] for end in body["completed"]] == held
+    assert {end["task_status"] for end in body["completed"]} == {"completed"}
+    assert not any(end["replayed"] or end["error"] for end in body["completed"])
+    assert [grant["task"]["id"] for grant in body["next"]] == queued[3:]
+    assert {grant["lease"]["worker_id"] for grant in body["next"]} == {"w1"}
+    assert body["next_error"] is None
+    for n, task in enumerate(held):
+        [artifact] = await artifacts_of(client, task)
+        assert artifact["id"] == body["completed"][n]["artifact_id"]
+        assert artifact["content"] == f"out {n}"
+        assert "task_completed" in await audit_actions(client, task)
+    for task in queued[3:]:
+        assert await audit_actions(client, task) == ["task_created", "task_leased"]
+
+
+async def test_the_next_claims_fill_free_slots_only(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1", slots=2)
+    queued = [(await create_task(client))["id"] for _ in range(5)]
+    [held] = await claimed_tasks(client, "w1", 1)
+    body = await complete_many(client, "w1", [success(task_id=held)], wait_seconds=0, max_tasks=5)
+    assert [grant["task"]["id"] for grant in body["next"]] == queued[1:3]
+    leases = (await client.get(f"{API}/leases")).json()
+    assert sum(lease["status"] == "active" for lease in leases) == 2
+
+
+async def test_a_repeated_batch_answers_its_first_outcome(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1", slots=2)
+    for _ in range(2):
+        await create_task(client)
+    held = await claimed_tasks(client, "w1", 2)
+    ends = [success(task_id=held[0]), failure(task_id=held[1], error_code="fatal")]
+    first = await complete_many(client, "w1", ends)
+    again = await complete_many(client, "w1", ends)
+    assert [end["replayed"] for end in again["completed"]] == [True, True]
+    for before, after in zip(first["completed"], again["completed"], strict=True):
+        assert after == before | {"replayed": True}
+    assert [len(await artifacts_of(client, task)) for task in held] == [1, 0]
+    assert first["next"] == again["next"] == []
+
+
+async def test_a_refused_end_leaves_the_others_recorded(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1", slots=2)
+    await register_worker(client, "w2")
+    for _ in range(4):
+        await create_task(client)
+    mine = await claimed_tasks(client, "w1", 2)
+    [theirs] = await claimed_tasks(client, "w2", 1)
+    ends = [
+        success(task_id=mine[0]),
+        success(task_id=mine[1], lease_id="not-the-lease"),
+        success(task_id=theirs),
+    ]
+    body = await complete_many(client, "w1", ends, wait_seconds=0)
+    first, stale, foreign = body["completed"]
+    assert (first["task_status"], first["error"]) == ("completed", None)
+    assert (stale["status_code"], stale["error"]) == (404, "Task or lease not found")
+    assert foreign["status_code"] == 403
+    assert foreign["task_status"] is None
+    assert (await client.get(f"{API}/llm-tasks/{mine[1]}")).json()["status"] == "leased"
+    assert (await client.get(f"{API}/llm-tasks/{theirs}")).json()["status"] == "leased"
+    # the claim starts afresh once the ends are recorded: the slot the first end freed
+    assert len(body["next"]) == 1
+    assert body["next"][0]["task"]["status"] == "leased"
+
+
+async def test_a_lone_refused_end_is_answered_in_the_batch(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    await claim(client, "w1")
+    body = await complete_many(client, "w1", [success(task_id=task["id"], lease_id="gone")])
+    assert body["completed"] == [
+        {
+            "task_id": task["id"],
+            "task_status": None,
+            "result_id": None,
+            "artifact_id": None,
+            "replayed": False,
+            "error": "Task or lease not found",
+            "status_code": 404,
+        }
+    ]
+
+
+async def test_a_batch_is_bounded(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    url = f"{API}/workers/w1/complete"
+    empty = await client.post(url, json={"completes": []})
+    huge = await client.post(url, json={"completes": [success(task_id="t")] * 101})
+    greedy = await client.post(
+        url, json={"completes": [success(task_id="t")], "claim_next": {"max_tasks": 33}}
+    )
+    unnamed = await client.post(url, json={"completes": [success()]})
+    assert [r.status_code for r in (empty, huge, greedy, unnamed)] == [400] * 4

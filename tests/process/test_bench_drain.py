@@ -25,6 +25,18 @@ async def test_drain_completes_every_task_once_with_one_call_each(database_url: 
     assert report.requests == workers + 3 + workers + tasks
 
 
+async def test_drain_in_batches_completes_every_task_once_with_fewer_calls(database_url: str):
+    tasks, workers = BATCH + 150, 6
+    report = await run_drain(
+        DrainOptions(tasks=tasks, workers=workers, database_url=database_url, batch=4)
+    )
+    assert report.errors == 0, report.error_samples
+    assert (report.queued, report.completed, report.completed_twice) == (tasks, tasks, 0)
+    assert report.safe
+    # each call but a worker's first ends up to four attempts and claims up to four
+    assert tasks / 4 <= report.call.count < tasks / 2
+
+
 def test_drain_from_the_command_line_as_json():
     done = subprocess.run(
         [*BLOOM, "bench", "--drain", "40", "--workers", "3", "--json"],
@@ -40,3 +52,6 @@ def test_drain_from_the_command_line_as_json():
     )  # fmt: skip
     assert refused.returncode == 2
     assert "--drain starts a server of its own" in refused.stderr
+    alone = subprocess.run([*BLOOM, "bench", "--batch", "4"], capture_output=True, text=True)
+    assert alone.returncode == 2
+    assert "--batch goes with --drain" in alone.stderr

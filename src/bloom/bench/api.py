@@ -59,8 +59,8 @@ class RuntimeApi:
             return {}
         return dict(response.json())
 
-    async def register_worker(self, name: str) -> bool:
-        body = {"name": name, "capabilities": {"claude_cli": True, "max_concurrency": 1}}
+    async def register_worker(self, name: str, slots: int = 1) -> bool:
+        body = {"name": name, "capabilities": {"claude_cli": True, "max_concurrency": slots}}
         return self._ok("register", await self.conn.request("POST", f"{API}/workers", body))
 
     async def remove_worker(self, name: str) -> bool:
@@ -124,6 +124,30 @@ class RuntimeApi:
         if following is None:
             return True, None
         return True, Claim(str(following["task"]["id"]), str(following["lease"]["id"]))
+
+    async def complete_many(
+        self, worker: str, claims: list[Claim], max_tasks: int
+    ) -> tuple[list[str], list[Claim]]:
+        """Complete the worker's attempts in one call, claiming up to `max_tasks` next ones
+        without waiting: (the tasks completed, the next claims)."""
+        body = {
+            "completes": [
+                SUCCESS | {"task_id": claim.task_id, "lease_id": claim.lease_id} for claim in claims
+            ],
+            "claim_next": {"wait_seconds": 0, "max_tasks": max_tasks},
+        }
+        response = await self.conn.request("POST", f"{API}/workers/{worker}/complete", body)
+        if not self._ok("complete many", response):
+            return [], []
+        reply = response.json()
+        refused = [end for end in reply["completed"] if end["error"] is not None]
+        if refused or reply["next_error"] is not None:
+            self.tally.error("complete many", response)
+        completed = [str(end["task_id"]) for end in reply["completed"] if end["error"] is None]
+        following = [
+            Claim(str(grant["task"]["id"]), str(grant["lease"]["id"])) for grant in reply["next"]
+        ]
+        return completed, following
 
     async def task_events(self, task_id: str) -> list[dict[str, Any]]:
         """Follow a task's events until it ends: each event as the stream sends it, then the

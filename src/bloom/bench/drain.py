@@ -3,7 +3,9 @@
 The bench starts its own `bloom runtime serve`, queues `tasks` tasks in batches of
 `BATCH` (`POST /llm-tasks/batch`) from one client, then lets `workers` simulated workers drain
 them: each claims once, then completes every task with `claim_next`, so that one call records
-the attempt and hands over the next one, until a complete answers no next task. Every attempt is
+the attempt and hands over the next one, until a complete answers no next task. With `batch`
+above 1, each worker has that many slots and completes all it holds in one call
+(`POST /workers/{id}/complete`), claiming up to `batch` next ones in it. Every attempt is
 still leased, fenced, stored as a result with its artifact, and audited; only the heartbeat is
 left out (a lease needs one only to outlive the acknowledgement window). Measured:
 
@@ -29,6 +31,8 @@ from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import figures_table, print_errors
 
 BATCH = 100
+MAX_BATCH = 32
+"""A worker's slots at most (`max_concurrency`)."""
 FIRST_CLAIM_WAIT_SEC = 1.0
 
 
@@ -42,6 +46,7 @@ class DrainOptions:
     workers: int = 16
     database_url: str | None = None
     server_workers: int = 1
+    batch: int = 1
 
 
 @dataclass(slots=True)
@@ -69,6 +74,8 @@ async def run_drain(options: DrainOptions) -> DrainReport:
     """Queue the tasks, then drain them; see the module's text."""
     if options.tasks < 2 or options.workers < 1:
         raise DrainUsageError("--drain needs at least 2 tasks and 1 worker")
+    if not 1 <= options.batch <= MAX_BATCH:
+        raise DrainUsageError(f"--batch takes 1 to {MAX_BATCH} (a worker's slots)")
     async with AsyncExitStack() as stack:
         runtime = await own_runtime(stack, "drain", options.database_url, options.server_workers)
         tally = Tally()
@@ -80,7 +87,7 @@ async def run_drain(options: DrainOptions) -> DrainReport:
         names = [f"drain-{run_id}-{n}" for n in range(options.workers)]
         if not all(
             await asyncio.gather(
-                *(api.register_worker(n) for api, n in zip(apis, names, strict=True))
+                *(api.register_worker(n, options.batch) for api, n in zip(apis, names, strict=True))
             )
         ):
             raise RuntimeError(f"could not register the simulated workers: {tally.samples}")
@@ -88,7 +95,7 @@ async def run_drain(options: DrainOptions) -> DrainReport:
         queued = await _queue(apis[0], run_id, options.tasks)
         report.queued = len(queued)
         report.queued_per_sec = round(len(queued) / (time.perf_counter() - started), 1)
-        drain = _Drain()
+        drain = _Drain(options.batch)
         cpu_before = process_tree(runtime.server.pid).cpu_sec
         await asyncio.gather(
             *(drain.work(api, name) for api, name in zip(apis, names, strict=True))
@@ -122,21 +129,27 @@ async def _queue(api: RuntimeApi, run_id: str, tasks: int) -> set[str]:
 class _Drain:
     """What the simulated workers saw, on the `time.perf_counter` clock."""
 
+    batch: int
     done: dict[str, int] = field(default_factory=dict)
     finished: list[float] = field(default_factory=list)
     calls: list[float] = field(default_factory=list)
 
     async def work(self, api: RuntimeApi, name: str) -> None:
         claim = await api.claim(name, FIRST_CLAIM_WAIT_SEC)
-        while claim is not None:
+        held = [claim] if claim is not None else []
+        while held:
             sent = time.perf_counter()
-            completed, following = await api.complete_and_claim(claim, 0)
+            if self.batch == 1:
+                completed, following = await api.complete_and_claim(held[0], 0)
+                ended = [held[0].task_id] if completed else []
+                held = [following] if following is not None else []
+            else:
+                ended, held = await api.complete_many(name, held, self.batch)
             received = time.perf_counter()
             self.calls.append(received - sent)
-            if completed:
-                self.done[claim.task_id] = self.done.get(claim.task_id, 0) + 1
+            for task_id in ended:
+                self.done[task_id] = self.done.get(task_id, 0) + 1
                 self.finished.append(received)
-            claim = following
 
 
 def as_json(report: DrainReport) -> dict[str, Any]:
@@ -163,13 +176,19 @@ def render(report: DrainReport, console: Console) -> None:
     title = (
         f"bloom bench --drain: {options.tasks} tasks, {options.workers} workers, "
         f"{options.server_workers} server process(es), {report.storage}"
+        + (f", {options.batch} per call" if options.batch > 1 else "")
     )
     cpu = report.server_cpu_ms_per_task
     rows = (
         (f"queued/s (batches of {BATCH})", f"{report.queued_per_sec:g}"),
-        ("drained/s (one call per task)", f"{report.drained_per_sec:g}"),
-        ("complete + claim p50", ms_text(report.call.p50_ms)),
-        ("complete + claim p99", ms_text(report.call.p99_ms)),
+        (
+            "drained/s (one call per task)"
+            if options.batch == 1
+            else f"drained/s (one call per {options.batch} tasks)",
+            f"{report.drained_per_sec:g}",
+        ),
+        ("complete + claim call p50", ms_text(report.call.p50_ms)),
+        ("complete + claim call p99", ms_text(report.call.p99_ms)),
         ("server CPU per task", "-" if cpu is None else f"{cpu:.2f} ms"),
         (
             "tasks queued / completed / completed twice",

@@ -124,6 +124,15 @@ def bench(
             "server of the bench's own: drained tasks/s as the peers' benchmark counts them.",
         ),
     ] = None,
+    batch: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=drain_mode.MAX_BATCH,
+            help="Drain mode: slots per worker; above 1, each call completes all the worker "
+            "holds and claims up to this many (POST /workers/{id}/complete).",
+        ),
+    ] = 1,
     interval: Annotated[
         float, typer.Option(min=0, help="Fleet mode: seconds between two creates.")
     ] = 0.1,
@@ -158,7 +167,8 @@ def bench(
 
     Fleet mode (--fleet 2000 --tasks 50): thousands of waiting workers; idle CPU, latency.
 
-    Drain mode (--drain 3000): a full queue emptied with one call per task; tasks/s.
+    Drain mode (--drain 3000 [--batch 4]): a full queue emptied with one call per task (or
+    per batch); tasks/s.
 
     Worker-overhead mode (--worker-overhead 50): a real worker's own cost per task.
 
@@ -167,6 +177,8 @@ def bench(
     See docs/benchmarks.md.
     """
     err = Console(stderr=True)
+    if batch != 1 and drain is None:
+        raise typer.BadParameter("--batch goes with --drain")
     if dashboard is not None:
         if url or depth:
             raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
@@ -195,7 +207,7 @@ def bench(
         return
     if drain is not None:
         _alone("--drain", url=url, depth=depth, soak=soak)
-        drain_options = drain_mode.DrainOptions(drain, workers, database_url, server_workers)
+        drain_options = drain_mode.DrainOptions(drain, workers, database_url, server_workers, batch)
         err.print(f"drain: queueing {drain} tasks", highlight=False)
         drained = _own_server(drain_mode.run_drain(drain_options), err)
         _finish(drained, drain_mode.as_json, drain_mode.render, json_output, drained.safe)

@@ -51,6 +51,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("POST", f"{RT}/workers/{{worker_id}}/agent-restart"): Access.ADMIN,
     ("POST", f"{RT}/workers/{{worker_id}}/agent-uninstall"): Access.ADMIN,
     ("POST", f"{RT}/workers/{{worker_id}}/claim"): Access.WORKER,
+    ("POST", f"{RT}/workers/{{worker_id}}/complete"): Access.WORKER,
     ("GET", f"{RT}/agent-install-script"): Access.ADMIN,
     ("POST", f"{RT}/llm-tasks"): Access.ADMIN,
     ("POST", f"{RT}/llm-tasks/batch"): Access.ADMIN,

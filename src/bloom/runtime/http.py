@@ -52,6 +52,11 @@ class JSON(Response):
         return orjson.dumps(content)
 
 
+def service_status(exc: ServiceError) -> int:
+    """The HTTP status a refusal answers with."""
+    return by_kind(exc, SERVICE_STATUS, 400)
+
+
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSON:
     return JSON({"error": message}, status_code=status, headers=headers)
 
@@ -112,7 +117,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _service(_: Request, exc: ServiceError) -> Response:
         retry_after = getattr(exc, "retry_after_sec", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return error(by_kind(exc, SERVICE_STATUS, 400), exc.message, headers=headers)
+        return error(service_status(exc), exc.message, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

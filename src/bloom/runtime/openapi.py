@@ -74,6 +74,10 @@ ERRORS: Declared = {
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",
     },
+    ("POST", "/api/runtime/workers/{worker_id}/complete"): {
+        "403": "A worker key names another worker than its own",
+        "503": "The artifact store cannot take an output: nothing changed, retry",
+    },
 }
 MEMBRIDGE_PROXY = {
     "502": "Membridge is unreachable, or its answer is not JSON",

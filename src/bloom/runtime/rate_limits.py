@@ -39,9 +39,9 @@ LIMITED_PREFIXES = (
 UNLIMITED = frozenset({"/api/runtime/health"})
 TEST_CONNECTION = "/api/runtime/test-connection"
 WORKER_PROTOCOL = re.compile(
-    r"/api/runtime/(?:workers(?:/[^/]+/claim)?|llm-tasks/[^/]+/(?:heartbeat|complete|events))"
+    r"/api/runtime/(?:workers(?:/[^/]+/(?:claim|complete))?|llm-tasks/[^/]+/(?:heartbeat|complete|events))"
 )
-"""POST only: registering, claiming, and reporting on a lease."""
+"""POST only: registering, claiming, and reporting on leases."""
 
 
 def runtime_policy(settings: RuntimeSettings) -> Policy:

@@ -4,13 +4,15 @@
 from fastapi import APIRouter, Request, Response
 
 from bloom.domain.errors import ServiceError
-from bloom.domain.models import Completion
 from bloom.runtime.api.deps import Attempts, Caller, Dispatch, Leases, acting_worker
 from bloom.runtime.api.schemas import (
+    AttemptEnded,
     ClaimBody,
     ClaimReply,
     CompleteBody,
     CompleteClaimReply,
+    CompleteManyBody,
+    CompleteManyReply,
     CompleteReply,
     DispatchReply,
     HeartbeatBody,
@@ -18,9 +20,10 @@ from bloom.runtime.api.schemas import (
     LeaseBody,
     LeaseGrant,
 )
-from bloom.runtime.http import JSON
+from bloom.runtime.http import JSON, service_status
+from bloom.runtime.services.attempts import Completed, Ending
 from bloom.runtime.services.dispatch import DispatchFailed
-from bloom.runtime.services.leasing import Claimed
+from bloom.runtime.services.leasing import Claimed, LeaseService, Looked
 
 router = APIRouter()
 TASKS = "/api/runtime/llm-tasks"
@@ -50,7 +53,7 @@ async def claim(
     )
     if claimed is None:
         return Response(status_code=204)
-    return JSON(ClaimReply(lease=claimed.lease, task=claimed.task))
+    return JSON(_granted(claimed))
 
 
 @router.post(
@@ -132,17 +135,7 @@ async def complete(
     following = body.claim_next
     done = await attempts.complete(
         task_id,
-        Completion(
-            status=body.status,
-            output=body.output,
-            error_message=body.error_message,
-            metrics=body.metrics_dict(),
-            artifact_type=body.artifact_type,
-            artifact_tags=body.artifact_tags,
-            error_code=body.error_code,
-            retry_at=body.retry_at,
-            session_id=body.session_id,
-        ),
+        body.completion(),
         lease_id=body.lease_id,
         worker_id=acting_worker(caller, body.worker_id),
         claim_next=leases.next_look(following.ttl_seconds) if following else None,
@@ -154,24 +147,98 @@ async def complete(
     # The claim is the completing worker's own (a complete is fenced by its lease); its first
     # look ran in the complete's transaction, except on a replay. A refusal is told beside the
     # complete, which stands.
-    claimed: Claimed | None = None
-    refused = done.next_refused
-    if refused is None:
-        try:
-            claimed = await leases.follow_up(
-                done.next,
-                done.result.worker_id,
-                wait_sec=following.wait_seconds,
-                ttl_sec=following.ttl_seconds,
-                gone=request.is_disconnected,
-            )
-        except ServiceError as exc:
-            refused = exc.message
+    claimed, refused = await _followed_up(
+        leases, done.next, done.next_refused, done.result.worker_id, following, request
+    )
     reply = CompleteClaimReply(
         task=done.task,
         artifact=done.artifact,
         result=done.result,
-        next=ClaimReply(lease=claimed.lease, task=claimed.task) if claimed else None,
+        next=_granted(claimed[0]) if claimed else None,
         next_error=refused,
     )
     return JSON(reply, headers=headers)
+
+
+@router.post(
+    "/api/runtime/workers/{worker_id}/complete",
+    tags=["workers"],
+    response_model=CompleteManyReply,
+    summary="Report several attempts' results of one worker, and claim its next tasks",
+)
+async def complete_many(
+    worker_id: str,
+    body: CompleteManyBody,
+    request: Request,
+    attempts: Attempts,
+    leases: Leases,
+    caller: Caller,
+) -> JSON:
+    """One transaction for every end (each fenced by its lease, a repeat answered as first),
+    then `claim_next`'s first look. When one end is refused, each is recorded alone and the
+    refused ones say why; the claim then starts afresh."""
+    acting_worker(caller, worker_id)
+    following = body.claim_next
+    endings = [Ending(item.task_id, item.completion(), item.lease_id) for item in body.completes]
+    done = await attempts.complete_many(
+        endings,
+        worker_id,
+        claim_next=leases.next_look(following.ttl_seconds, following.max_tasks)
+        if following
+        else None,
+    )
+    claimed: list[Claimed] = []
+    refused = None
+    if following is not None:
+        claimed, refused = await _followed_up(
+            leases, done.next, done.next_refused, worker_id, following, request
+        )
+    return JSON(
+        CompleteManyReply(
+            completed=[
+                _ended(ending.task_id, end) for ending, end in zip(endings, done.ends, strict=True)
+            ],
+            next=[_granted(grant) for grant in claimed],
+            next_error=refused,
+        )
+    )
+
+
+async def _followed_up(
+    leases: LeaseService,
+    looked: Looked | None,
+    refused: str | None,
+    worker_id: str,
+    following: ClaimBody,
+    request: Request,
+) -> tuple[list[Claimed], str | None]:
+    """A `claim_next`'s grants once its complete is recorded, or why it was refused."""
+    if refused is not None:
+        return [], refused
+    try:
+        claimed = await leases.follow_up(
+            looked,
+            worker_id,
+            wait_sec=following.wait_seconds,
+            ttl_sec=following.ttl_seconds,
+            gone=request.is_disconnected,
+        )
+    except ServiceError as exc:
+        return [], exc.message
+    return claimed, None
+
+
+def _granted(claimed: Claimed) -> ClaimReply:
+    return ClaimReply(lease=claimed.lease, task=claimed.task)
+
+
+def _ended(task_id: str, end: Completed | ServiceError) -> AttemptEnded:
+    if isinstance(end, ServiceError):
+        return AttemptEnded(task_id, error=end.message, status_code=service_status(end))
+    return AttemptEnded(
+        task_id,
+        task_status=end.task.status,
+        result_id=end.result.id,
+        artifact_id=end.artifact.id if end.artifact else None,
+        replayed=end.replayed,
+    )

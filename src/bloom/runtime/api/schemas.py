@@ -26,6 +26,7 @@ from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import (
     MAX_CLAIM_WAIT_SEC,
     Artifact,
+    Completion,
     Lease,
     Result,
     Task,
@@ -51,6 +52,8 @@ MAX_PROMPT_CHARS = 200_000
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 MAX_BIGINT = 2**63 - 1
 MAX_BATCH_TASKS = 100
+MAX_CLAIM_TASKS = 32
+"""A worker has at most 32 slots (`max_concurrency`)."""
 Id = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
 Label = Annotated[StrictStr, Field(max_length=128)]
 Count = Annotated[StrictInt, Field(ge=0, le=MAX_BIGINT)]
@@ -151,7 +154,9 @@ class MetricsBody(Body):
     )
 
 
-class CompleteBody(Body):
+class AttemptEndBody(Body):
+    """An attempt's end, as a complete reports it."""
+
     status: ResultStatus
     output: StrictStr | None = Field(None, max_length=MAX_OUTPUT_CHARS, validate_default=True)
     error_message: StrictStr | None = Field(
@@ -161,7 +166,6 @@ class CompleteBody(Body):
     artifact_type: StrictStr = Field("LLM_RESULT", min_length=1, max_length=128)
     artifact_tags: list[Label] = Field(default_factory=list, max_length=64)
     lease_id: Id | None = Field(None, description="Fencing: the lease you hold.")
-    worker_id: Id | None = None
     error_code: ErrorCode | None = Field(
         None, description="Why the attempt failed; decides retry, failure or a free retry later."
     )
@@ -169,11 +173,6 @@ class CompleteBody(Body):
         None, ge=0, le=MAX_BIGINT, description="Epoch ms before which not to retry."
     )
     session_id: Id | None = None
-    claim_next: ClaimBody | None = Field(
-        None,
-        description="Once recorded, claim the worker's next task as `POST /workers/{id}/claim` "
-        "would, and answer it as `next` (null: none came within `wait_seconds`).",
-    )
 
     @field_validator("output", "error_message")
     @classmethod
@@ -187,15 +186,52 @@ class CompleteBody(Body):
             )
         return value
 
-    def metrics_dict(self) -> dict[str, Any]:
-        return self.metrics.model_dump(exclude_none=True) | {
-            "tokens_used": self.metrics.tokens_used
-        }
+    def completion(self) -> Completion:
+        return Completion(
+            status=self.status,
+            output=self.output,
+            error_message=self.error_message,
+            metrics=self.metrics.model_dump(exclude_none=True)
+            | {"tokens_used": self.metrics.tokens_used},
+            artifact_type=self.artifact_type,
+            artifact_tags=self.artifact_tags,
+            error_code=self.error_code,
+            retry_at=self.retry_at,
+            session_id=self.session_id,
+        )
+
+
+class CompleteBody(AttemptEndBody):
+    worker_id: Id | None = None
+    claim_next: ClaimBody | None = Field(
+        None,
+        description="Once recorded, claim the worker's next task as `POST /workers/{id}/claim` "
+        "would, and answer it as `next` (null: none came within `wait_seconds`).",
+    )
+
+
+class AttemptEndItem(AttemptEndBody):
+    task_id: Id
+
+
+class ClaimNextBody(ClaimBody):
+    max_tasks: StrictInt = Field(
+        1, ge=1, le=MAX_CLAIM_TASKS, description="Grant up to this many at once (free slots)."
+    )
+
+
+class CompleteManyBody(Body):
+    completes: list[AttemptEndItem] = Field(min_length=1, max_length=MAX_BATCH_TASKS)
+    claim_next: ClaimNextBody | None = Field(
+        None,
+        description="Once recorded, claim up to `max_tasks` of the worker's next tasks, "
+        "answered as `next` (a long poll, when the first look finds none, waits for one).",
+    )
 
 
 class CapabilitiesBody(Body):
     claude_cli: StrictBool = True
-    max_concurrency: StrictInt = Field(1, ge=1, le=32)
+    max_concurrency: StrictInt = Field(1, ge=1, le=MAX_CLAIM_TASKS)
     labels: list[Label] = Field(default_factory=list, max_length=64)
 
 
@@ -305,6 +341,27 @@ class CompleteClaimReply(CompleteReply):
     not claim (the complete itself stands either way)."""
 
     next: ClaimReply | None
+    next_error: str | None
+
+
+@dataclass
+class AttemptEnded:
+    """One end of a batch: what became of its task, or why it was refused (`error`, with the
+    HTTP status a single complete would have answered)."""
+
+    task_id: str
+    task_status: str | None = None
+    result_id: str | None = None
+    artifact_id: str | None = None
+    replayed: bool = False
+    error: str | None = None
+    status_code: int | None = None
+
+
+@dataclass
+class CompleteManyReply:
+    completed: list[AttemptEnded]
+    next: list[ClaimReply]
     next_error: str | None
 
 

@@ -5,12 +5,13 @@ as seed clients do), and a lease that expired, was released or was replaced is r
 conflict and changes nothing.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
 from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
 from bloom.domain.audit import AuditAction, task_audit, worker_audit
+from bloom.domain.budget import Crossing
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound, ServiceError, Unavailable
 from bloom.domain.ids import new_id
@@ -21,7 +22,7 @@ from bloom.domain.usage import Usage
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
-from bloom.runtime.services.leasing import Claimed, Missed, NextLook
+from bloom.runtime.services.leasing import Looked, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -44,15 +45,55 @@ class Beat:
 
 
 @dataclass(frozen=True, slots=True)
+class Ending:
+    """An attempt's end as its worker reports it, naming the lease it held (default: the
+    task's current one)."""
+
+    task_id: str
+    completion: Completion
+    lease_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completed:
     task: Task
     artifact: Artifact | None
     result: Result
     replayed: bool
-    next: Claimed | Missed | None = None
+    next: Looked | None = None
     """The `claim_next` look's outcome (None: not asked, a replay, or refused)."""
     next_refused: str | None = None
     """Why that claim was refused; the complete stands."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedMany:
+    """`complete_many`'s outcome: each end's, in order (a refusal, when it was refused), then
+    the `claim_next` look's as in `Completed`."""
+
+    ends: list[Completed | ServiceError]
+    next: Looked | None = None
+    next_refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    """An end written in a transaction, with what to announce once it commits."""
+
+    completed: Completed
+    lease: Lease
+    usage: Usage
+    passed: list[Crossing]
+
+
+async def _look(
+    claim_next: NextLook, tx: Repositories, worker_id: str
+) -> tuple[Looked | None, str | None]:
+    """`claim_next`'s look in `tx`: its outcome, or why it was refused (before it wrote)."""
+    try:
+        return await claim_next(tx, worker_id), None
+    except ServiceError as exc:
+        return None, exc.message
 
 
 def _usage_limit_reset(completion: Completion, now: int) -> int | None:
@@ -135,83 +176,157 @@ class AttemptService:
         `claim_next` looks for the lease's worker's next task in the same transaction, once the
         complete is written (one commit where there were two); a refusal it raises is told in
         `next_refused`, and the complete stands."""
-        stored = await self._store(completion.output) if completion.output is not None else None
+        ending = Ending(task_id, completion, lease_id)
+        stored = await self._stored(completion)
         now = self.clock()
-        pause_until = _usage_limit_reset(completion, now)
-        following: Claimed | Missed | None = None
-        refused: str | None = None
         async with self.db.write() as tx:
-            task, lease = await fenced(tx, task_id, lease_id, worker_id, completing=True)
-            if pause_until is not None or claim_next is not None:
-                # The worker's row before the lease and the task: every writer's lock order.
-                await tx.workers.lock(lease.worker_id)
-            released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
-            if released is None:
-                # Already ended: by this same complete sent before (a replay), or for good.
-                replay = await self._replay(tx, lease, completion)
-                if replay is not None:
-                    return replay
-                raise lapsed(lease, task, now)
-            finished = await tx.tasks.transition(
-                task.id,
-                from_statuses=IN_FLIGHT,
-                lease_id=lease.id,
-                values=self._next_task_values(task, completion, now),
+            recorded = await self._record(
+                tx, ending, stored, worker_id, now, lock_worker=claim_next is not None
             )
-            if finished is None:
-                raise lapsed(lease, task, now)  # rolls the lease release back too
-            artifact = self._artifact(task.id, completion, stored, now)
-            usage = Usage.from_metrics(completion.metrics)
-            result = Result(
-                id=new_id(now),
-                task_id=task.id,
-                worker_id=lease.worker_id,
-                artifact_id=artifact.id if artifact else None,
-                status=completion.status,
-                output=completion.output,
-                error_message=completion.error_message,
-                metrics=completion.metrics,
-                completed_at=now,
-                lease_id=lease.id,
-                error_code=completion.error_code,
-                **usage.columns(),
-            )
-            if artifact is not None:
-                await tx.artifacts.insert(artifact)
-            await tx.results.insert(result)
-            passed = await budgets.charge(
-                tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
-            )
-            await self._audit(tx, finished, artifact, completion, lease, now)
-            if pause_until is not None:
-                await tx.workers.pause(lease.worker_id, pause_until)
-                await tx.audit.add(
-                    worker_audit(
-                        AuditAction.WORKER_PAUSED,
-                        lease.worker_id,
-                        now=now,
-                        actor=lease.worker_id,
-                        detail=f"Usage limit: worker {lease.worker_id} takes no work until "
-                        f"{pause_until}",
-                        task_id=task.id,
+            if recorded.completed.replayed or claim_next is None:
+                following: Looked | None = None
+                refused = None
+            else:
+                following, refused = await _look(claim_next, tx, recorded.lease.worker_id)
+        self._announce([recorded], now)
+        return replace(recorded.completed, next=following, next_refused=refused)
+
+    async def complete_many(
+        self, endings: list[Ending], worker_id: str, *, claim_next: NextLook | None = None
+    ) -> CompletedMany:
+        """Record several attempts' ends of one worker, and maybe claim its next tasks, in one
+        transaction (`complete` for each, then `claim_next`'s look).
+
+        When any of them is refused, nothing of the batch is kept: each is then recorded alone,
+        for its own answer, and `claim_next` is left to the caller (`next` is None)."""
+        stored = [await self._stored(ending.completion) for ending in endings]
+        now = self.clock()
+        # Every transaction locks rows in one order: the worker's, then tasks by id.
+        order = sorted(range(len(endings)), key=lambda index: endings[index].task_id)
+        try:
+            async with self.db.write() as tx:
+                await tx.workers.lock(worker_id)
+                recorded = {
+                    index: await self._record(
+                        tx, endings[index], stored[index], worker_id, now, lock_worker=False
                     )
-                )
-            if claim_next is not None:
-                try:
-                    following = await claim_next(tx, lease.worker_id)
-                except ServiceError as exc:  # raised before it wrote anything
-                    refused = exc.message
-        # A slot of the worker's came free, and the task may be back in the queue.
-        requeued = int(finished.status == TaskStatus.QUEUED)
-        self.signal.changed(Wake(requeued, frozenset({lease.worker_id})))
-        metrics.attempt_ended(finished.status, lease, now)
-        metrics.usage_recorded(finished.agent_slug, usage)
-        budgets.announce(finished.agent_slug, passed)
-        if any(crossing.exhausted for crossing in passed):
-            self.releases.changed()  # its release timer learns of the new hold
-        return Completed(
-            finished, artifact, result, replayed=False, next=following, next_refused=refused
+                    for index in order
+                }
+                following: Looked | None = None
+                refused = None
+                if claim_next is not None:
+                    following, refused = await _look(claim_next, tx, worker_id)
+        except ServiceError as exc:
+            if len(endings) == 1:
+                return CompletedMany([exc])
+            return CompletedMany([await self._alone(ending, worker_id) for ending in endings])
+        self._announce(list(recorded.values()), now)
+        return CompletedMany(
+            [recorded[index].completed for index in range(len(endings))], following, refused
         )
+
+    async def _alone(self, ending: Ending, worker_id: str) -> Completed | ServiceError:
+        try:
+            return await self.complete(
+                ending.task_id, ending.completion, lease_id=ending.lease_id, worker_id=worker_id
+            )
+        except ServiceError as exc:
+            return exc
+
+    async def _record(
+        self,
+        tx: Repositories,
+        ending: Ending,
+        stored: StoredContent | None,
+        worker_id: str | None,
+        now: int,
+        *,
+        lock_worker: bool,
+    ) -> _Recorded:
+        """One attempt's end written in `tx` (or the first outcome, on a replay); with
+        `lock_worker`, the lease's worker's row is locked before anything is written."""
+        completion = ending.completion
+        task, lease = await fenced(tx, ending.task_id, ending.lease_id, worker_id, completing=True)
+        pause_until = _usage_limit_reset(completion, now)
+        usage = Usage.from_metrics(completion.metrics)
+        if lock_worker or pause_until is not None:
+            # The worker's row before the lease and the task: every writer's lock order.
+            await tx.workers.lock(lease.worker_id)
+        released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
+        if released is None:
+            # Already ended: by this same complete sent before (a replay), or for good.
+            replay = await self._replay(tx, lease, completion)
+            if replay is not None:
+                return _Recorded(replay, lease, usage, [])
+            raise lapsed(lease, task, now)
+        finished = await tx.tasks.transition(
+            task.id,
+            from_statuses=IN_FLIGHT,
+            lease_id=lease.id,
+            values=self._next_task_values(task, completion, now),
+        )
+        if finished is None:
+            raise lapsed(lease, task, now)  # rolls the lease release back too
+        artifact = self._artifact(task.id, completion, stored, now)
+        result = Result(
+            id=new_id(now),
+            task_id=task.id,
+            worker_id=lease.worker_id,
+            artifact_id=artifact.id if artifact else None,
+            status=completion.status,
+            output=completion.output,
+            error_message=completion.error_message,
+            metrics=completion.metrics,
+            completed_at=now,
+            lease_id=lease.id,
+            error_code=completion.error_code,
+            **usage.columns(),
+        )
+        if artifact is not None:
+            await tx.artifacts.insert(artifact)
+        await tx.results.insert(result)
+        passed = await budgets.charge(
+            tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
+        )
+        await self._audit(tx, finished, artifact, completion, lease, now)
+        if pause_until is not None:
+            await tx.workers.pause(lease.worker_id, pause_until)
+            await tx.audit.add(
+                worker_audit(
+                    AuditAction.WORKER_PAUSED,
+                    lease.worker_id,
+                    now=now,
+                    actor=lease.worker_id,
+                    detail=f"Usage limit: worker {lease.worker_id} takes no work until "
+                    f"{pause_until}",
+                    task_id=task.id,
+                )
+            )
+        return _Recorded(
+            Completed(finished, artifact, result, replayed=False), lease, usage, passed
+        )
+
+    def _announce(self, recorded: list[_Recorded], now: int) -> None:
+        """After the commit: wake the claims the ends are for, count them, say what budgets
+        they passed."""
+        fresh = [entry for entry in recorded if not entry.completed.replayed]
+        if not fresh:
+            return
+        # Slots of the workers came free, and tasks may be back in the queue.
+        requeued = sum(entry.completed.task.status == TaskStatus.QUEUED for entry in fresh)
+        self.signal.changed(Wake(requeued, frozenset(entry.lease.worker_id for entry in fresh)))
+        exhausted = False
+        for entry in fresh:
+            task = entry.completed.task
+            metrics.attempt_ended(task.status, entry.lease, now)
+            metrics.usage_recorded(task.agent_slug, entry.usage)
+            budgets.announce(task.agent_slug, entry.passed)
+            exhausted |= any(crossing.exhausted for crossing in entry.passed)
+        if exhausted:
+            self.releases.changed()  # its release timer learns of the new hold
+
+    async def _stored(self, completion: Completion) -> StoredContent | None:
+        return await self._store(completion.output) if completion.output is not None else None
 
     async def _store(self, output: str) -> StoredContent:
         """The output in the artifact store before anything is committed: a task is never

@@ -54,8 +54,10 @@ class Missed(Enum):
     """The worker takes no task now: offline, paused, or every slot taken."""
 
 
-NextLook = Callable[[Repositories, str], Awaitable[Claimed | Missed]]
-"""A look for a worker's next task, run in a transaction someone else opened (`look`)."""
+Looked = tuple[Claimed, ...] | Missed
+"""A look's outcome: its grants (at least one), or why there was none."""
+NextLook = Callable[[Repositories, str], Awaitable[Looked]]
+"""A look for a worker's next tasks, run in a transaction someone else opened (`look_many`)."""
 
 
 def _load(worker: Worker, active: int) -> WorkerLoad:
@@ -327,33 +329,51 @@ class LeaseService:
         await self._record_grant(tx, task, lease, now, actor=worker_id)
         return Claimed(lease, task)
 
-    def next_look(self, ttl_sec: int | None) -> NextLook:
-        """A first look of a claim (`look`, touching the worker) for another use case's
-        transaction: a complete's `claim_next`."""
+    async def look_many(
+        self, tx: Repositories, worker_id: str, ttl_sec: int | None, max_tasks: int
+    ) -> Looked:
+        """Up to `max_tasks` grants for the worker, in the caller's write transaction: `look`
+        again while it grants (the first one touching the worker)."""
+        grants: list[Claimed] = []
+        while len(grants) < max_tasks:
+            looked = await self.look(tx, worker_id, ttl_sec, touch=not grants)
+            if isinstance(looked, Missed):
+                return tuple(grants) or looked
+            grants.append(looked)
+        return tuple(grants)
 
-        async def first_look(tx: Repositories, worker_id: str) -> Claimed | Missed:
-            return await self.look(tx, worker_id, ttl_sec, touch=True)
+    def next_look(self, ttl_sec: int | None, max_tasks: int = 1) -> NextLook:
+        """The first look of a claim (`look_many`) for another use case's transaction: a
+        complete's `claim_next`."""
+
+        async def first_look(tx: Repositories, worker_id: str) -> Looked:
+            return await self.look_many(tx, worker_id, ttl_sec, max_tasks)
 
         return first_look
 
     async def follow_up(
         self,
-        looked: Claimed | Missed | None,
+        looked: Looked | None,
         worker_id: str,
         *,
         wait_sec: float | None,
         ttl_sec: int | None = None,
         gone: Callable[[], Awaitable[bool]] | None = None,
-    ) -> Claimed | None:
+    ) -> list[Claimed]:
         """The answer of a claim whose first look ran in another transaction (a complete's
-        `claim_next`; None: it did not run): its grant as it may be sent now; else the claim
-        goes on as `claim` would, for the rest of its wait."""
-        if isinstance(looked, Claimed):
-            delivered = await self._deliverable(looked)
-            if delivered is not None:
+        `claim_next`; None: it did not run): its grants as they may be sent now; else the claim
+        goes on as `claim` would, for the rest of its wait (for one task)."""
+        if isinstance(looked, tuple):
+            delivered = [
+                grant
+                for claimed in looked
+                if (grant := await self._deliverable(claimed)) is not None
+            ]
+            if delivered:
                 metrics.claim_answered(True, 0.0)
                 return delivered
         elif looked is not None and wait_sec == 0:
             metrics.claim_answered(False, 0.0)
-            return None
-        return await self.claim(worker_id, wait_sec=wait_sec, ttl_sec=ttl_sec, gone=gone)
+            return []
+        claimed = await self.claim(worker_id, wait_sec=wait_sec, ttl_sec=ttl_sec, gone=gone)
+        return [claimed] if claimed is not None else []
