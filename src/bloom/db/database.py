@@ -201,7 +201,9 @@ class Database(Generic[R]):
             async with self._pool.acquire() as conn:
                 if write:
                     async with conn.transaction():
-                        yield Connection(conn, self.planner)
+                        connection = Connection(conn, self.planner)
+                        yield connection
+                        await connection.flush()
                 else:
                     yield Connection(conn, self.planner)
             return
@@ -210,7 +212,9 @@ class Database(Generic[R]):
             async with self._write_lock:
                 await self._writer.execute("BEGIN IMMEDIATE")
                 try:
-                    yield Connection(self._writer, self.planner)
+                    connection = Connection(self._writer, self.planner)
+                    yield connection
+                    await connection.flush()
                 except BaseException:
                     await self._writer.execute("ROLLBACK")
                     raise

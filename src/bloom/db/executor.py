@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Executable
+from sqlalchemy import Executable, Table, bindparam, insert
 from sqlalchemy.dialects.postgresql import asyncpg as postgresql_asyncpg
 from sqlalchemy.dialects.sqlite import aiosqlite as sqlite_aiosqlite
 from sqlalchemy.engine import Dialect
@@ -26,7 +26,10 @@ from sqlalchemy.sql import sqltypes
 from sqlalchemy.sql.compiler import SQLCompiler
 
 Row = Mapping[str, Any]
+Appended = tuple[Table, dict[str, Any]]
 _REQUIRED = object()
+MAX_APPEND_SHAPES = 512
+"""Combined inserts kept compiled (`Planner.appends`); others are built each time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,37 @@ class Planner:
         # asyncpg decodes JSON itself (see database.py); sqlite3 hands back text and integers
         self._decode_in_python = kind == "sqlite"
         self._plans: dict[tuple[int, frozenset[str]], Plan] = {}
+        self._inserts: dict[str, Executable] = {}
+        self._appends: dict[tuple[tuple[str, tuple[str, ...], int], ...], Executable] = {}
+
+    def insert_of(self, table: Table) -> Executable:
+        """`INSERT INTO table`, its columns those of the values it is run with."""
+        statement = self._inserts.get(table.name)
+        if statement is None:
+            statement = self._inserts[table.name] = insert(table)
+        return statement
+
+    def appends(self, rows: list[Appended]) -> tuple[Executable, dict[str, Any]]:
+        """One statement inserting every row (PostgreSQL): a multi-row INSERT per table and
+        set of columns, all but the last as data-modifying CTEs; and its parameters."""
+        groups: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+        tables: dict[str, Table] = {}
+        for table, values in rows:
+            tables[table.name] = table
+            groups.setdefault((table.name, tuple(values)), []).append(values)
+        shape = tuple((name, keys, len(group)) for (name, keys), group in groups.items())
+        params = {
+            f"a{g}_{i}_{key}": value
+            for g, group in enumerate(groups.values())
+            for i, values in enumerate(group)
+            for key, value in values.items()
+        }
+        statement = self._appends.get(shape)
+        if statement is None:
+            statement = _combined_insert(shape, tables)
+            if len(self._appends) < MAX_APPEND_SHAPES:
+                self._appends[shape] = statement
+        return statement, params
 
     def plan(self, statement: Executable, keys: frozenset[str]) -> Plan:
         cached = self._plans.get((id(statement), keys))
@@ -136,18 +170,65 @@ class Planner:
         )
 
 
+def _combined_insert(
+    shape: tuple[tuple[str, tuple[str, ...], int], ...], tables: Mapping[str, Table]
+) -> Executable:
+    inserts = [
+        insert(tables[name]).values(
+            [
+                {key: bindparam(f"a{g}_{i}_{key}", type_=tables[name].c[key].type) for key in keys}
+                for i in range(count)
+            ]
+        )
+        for g, (name, keys, count) in enumerate(shape)
+    ]
+    *first, last = inserts
+    return last.add_cte(*(each.cte(f"a{g}") for g, each in enumerate(first))) if first else last
+
+
 class Connection:
-    """One connection, as repositories use it: run a statement, get mappings back."""
+    """One connection, as repositories use it: run a statement, get mappings back.
+
+    Rows `append`ed wait, and go in before the next statement that names their table, or
+    before the transaction commits (`flush`): on PostgreSQL all in one statement, a round trip
+    where each row took one."""
 
     def __init__(self, conn: Any, planner: Planner):
         self.conn = conn
         self.planner = planner
         self.kind = planner.kind
+        self._appended: list[Appended] = []
+        self._appended_to: set[str] = set()
+
+    def append(self, table: Table, values: Mapping[str, Any]) -> None:
+        """Insert a row, nothing read back, at the latest before the transaction commits."""
+        self._appended.append((table, dict(values)))
+        self._appended_to.add(table.name)
+
+    async def flush(self) -> None:
+        """Insert the rows appended so far."""
+        rows = self._appended
+        if not rows:
+            return
+        self._appended, self._appended_to = [], set()
+        if self.kind == "postgresql":
+            statement, params = self.planner.appends(rows)
+            await self._run(statement, params)
+            return
+        for table, values in rows:
+            await self._run(self.planner.insert_of(table), values)
 
     async def execute(
         self, statement: Executable, params: Mapping[str, Any] | None = None
     ) -> list[Row]:
         params = params or {}
+        if self._appended:
+            plan = self.planner.plan(statement, frozenset(params))
+            if any(name in plan.sql for name in self._appended_to):
+                await self.flush()
+        return await self._run(statement, params)
+
+    async def _run(self, statement: Executable, params: Mapping[str, Any]) -> list[Row]:
         plan = self.planner.plan(statement, frozenset(params))
         args = plan.args(params)
         if self.kind == "postgresql":

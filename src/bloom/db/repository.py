@@ -30,6 +30,11 @@ class Repository:
     async def run(self, stmt: Executable, params: Mapping[str, Any] | None = None) -> list[Row]:
         return await self.connection.execute(stmt, params)
 
+    def append_row(self, table: Table, values: Mapping[str, Any]) -> None:
+        """Insert a row whose insert answers nothing, with the transaction's next statement
+        that names its table, or before it commits (`Connection.append`)."""
+        self.connection.append(table, values)
+
     async def rows(
         self, stmt: Executable, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:

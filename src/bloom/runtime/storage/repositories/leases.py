@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, String, bindparam, exists, func, insert, select, update
+from sqlalchemy import BigInteger, String, bindparam, exists, func, select, update
 
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.models import Lease, Task
@@ -14,7 +14,6 @@ TASK_COLUMNS = entity_columns(llm_tasks, Task)
 lz = leases
 ACTIVE = is_state(lz.c.status, "active")
 
-_INSERT = insert(lz)
 _GET = select(*LEASE_COLUMNS).where(lz.c.id == bindparam("b_id"))
 _LIST = (
     select(*LEASE_COLUMNS)
@@ -153,7 +152,7 @@ class Renewal:
 
 class LeaseRepository(Repository):
     async def insert(self, lease: Lease) -> None:
-        await self.run(_INSERT, entity_values(lease, LEASE_COLUMNS))
+        self.append_row(leases, entity_values(lease, LEASE_COLUMNS))
 
     async def get(self, lease_id: str) -> Lease | None:
         return await self.one(Lease, _GET, {"b_id": lease_id})

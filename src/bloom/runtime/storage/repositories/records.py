@@ -10,7 +10,6 @@ from sqlalchemy import (
     delete,
     distinct,
     func,
-    insert,
     literal_column,
     or_,
     select,
@@ -43,7 +42,6 @@ AUDIT_COLUMNS = entity_columns(audit_logs, AuditEntry)
 art, res, aud, cfg = runtime_artifacts, llm_results, audit_logs, runtime_settings
 tsk = llm_tasks
 
-_ARTIFACT_INSERT = insert(art)
 _ARTIFACT_GET = select(*ARTIFACT_COLUMNS).where(art.c.id == bindparam("b_id"))
 _ARTIFACT_LIST = (
     select(*ARTIFACT_COLUMNS)
@@ -67,7 +65,6 @@ _ARTIFACT_RELOCATE = (
     .values(storage=bindparam("b_storage"), url=bindparam("b_url"), content=None)
     .returning(art.c.id)
 )
-_RESULT_INSERT = insert(res)
 _RESULT_BY_LEASE = select(*RESULT_COLUMNS).where(res.c.lease_id == bindparam("b_lease"))
 _RESULTS_OF_TASK = (
     select(*RESULT_COLUMNS)
@@ -145,7 +142,6 @@ def _usage_statement(group: UsageGroup) -> Any:
     return stmt.order_by(*costliest, key).limit(bindparam("b_limit"))
 
 
-_AUDIT_INSERT = insert(aud)
 _AUDIT_LIST = (
     select(*AUDIT_COLUMNS)
     .order_by(aud.c.timestamp.desc(), aud.c.id.desc())
@@ -203,7 +199,7 @@ for _kind, _dialect in (("postgresql", postgresql), ("sqlite", sqlite)):
 
 class ArtifactRepository(Repository):
     async def insert(self, artifact: Artifact) -> None:
-        await self.run(_ARTIFACT_INSERT, entity_values(artifact, ARTIFACT_COLUMNS))
+        self.append_row(art, entity_values(artifact, ARTIFACT_COLUMNS))
 
     async def get(self, artifact_id: str) -> Artifact | None:
         return await self.one(Artifact, _ARTIFACT_GET, {"b_id": artifact_id})
@@ -230,7 +226,7 @@ class ArtifactRepository(Repository):
 
 class ResultRepository(Repository):
     async def insert(self, result: Result) -> None:
-        await self.run(_RESULT_INSERT, entity_values(result, RESULT_COLUMNS))
+        self.append_row(res, entity_values(result, RESULT_COLUMNS))
 
     async def get_by_lease(self, lease_id: str) -> Result | None:
         return await self.one(Result, _RESULT_BY_LEASE, {"b_lease": lease_id})
@@ -278,7 +274,7 @@ class AuditRepository(Repository):
         """What this transaction wrote, for its `committed` hook."""
 
     async def add(self, entry: AuditEntry) -> None:
-        await self.run(_AUDIT_INSERT, entity_values(entry, AUDIT_COLUMNS))
+        self.append_row(aud, entity_values(entry, AUDIT_COLUMNS))
         self.added.append(entry)
 
     async def find(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
