@@ -315,3 +315,18 @@ async def test_a_batch_is_bounded(client: httpx.AsyncClient) -> None:
     )
     unnamed = await client.post(url, json={"completes": [success()]})
     assert [r.status_code for r in (empty, huge, greedy, unnamed)] == [400] * 4
+
+
+async def test_a_pushed_lease_comes_first_then_queued_tasks(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1", slots=3)
+    held = await create_task(client, prompt="held")
+    await claim(client, "w1")
+    pushed = await create_task(client, prompt="pushed")
+    granted = await client.post(f"{API}/llm-tasks/{pushed['id']}/lease", json={"worker_id": "w1"})
+    assert granted.status_code == 201, granted.text
+    queued = [(await create_task(client, prompt=f"q{n}"))["id"] for n in range(3)]
+    body = await complete_many(
+        client, "w1", [success(task_id=held["id"])], wait_seconds=0, max_tasks=3
+    )
+    assert [grant["task"]["id"] for grant in body["next"]] == [pushed["id"], *queued[:2]]
+    assert (await client.get(f"{API}/llm-tasks/{queued[2]}")).json()["status"] == "queued"

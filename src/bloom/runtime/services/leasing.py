@@ -271,13 +271,22 @@ class LeaseService:
         self, worker_id: str, ttl_sec: int | None, *, touch: bool
     ) -> Claimed | Missed:
         async with self.db.write() as tx:
-            return await self.look(tx, worker_id, ttl_sec, touch=touch)
+            looked = await self.look_many(tx, worker_id, ttl_sec, 1, touch=touch)
+        return looked[0] if isinstance(looked, tuple) else looked
 
-    async def look(
-        self, tx: Repositories, worker_id: str, ttl_sec: int | None, *, touch: bool
-    ) -> Claimed | Missed:
-        """One look at the queue for the worker, in the caller's write transaction: a grant, or
-        why there is none. It locks the worker's row first (unless the caller holds it)."""
+    async def look_many(
+        self,
+        tx: Repositories,
+        worker_id: str,
+        ttl_sec: int | None,
+        max_tasks: int,
+        *,
+        touch: bool = True,
+    ) -> Looked:
+        """One look at the queue for the worker, in the caller's write transaction: up to
+        `max_tasks` grants (leases pushed to it awaiting delivery first, then the best queued
+        tasks it may take), or why there is none. It locks the worker's row first, so nothing
+        else is granted to it meanwhile; with `touch`, the look is a sign of life."""
         now = self.clock()
         ttl = ttl_sec or self.settings.ttl_sec
         checked_in = await tx.workers.check_in(worker_id, now, touch=touch)
@@ -290,57 +299,63 @@ class LeaseService:
             return Missed.UNABLE
         if worker.paused_until is not None and worker.paused_until > now:
             return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
-        if has_assigned:
-            assigned = await tx.leases.deliver_assigned(worker_id, now)
-            if assigned is not None:
-                task = await tx.tasks.get(assigned.task_id)
-                assert task is not None, "an active lease always has its task"
-                return Claimed(assigned, task)
-        if worker.active_leases >= worker.max_concurrency:
-            return Missed.UNABLE  # as counted before the lock: the claim counts again below
+        grants: list[Claimed] = []
+        # As counted before the lock: the claim statement counts again.
+        active = worker.active_leases
+        while len(grants) < max_tasks:
+            if has_assigned:
+                assigned = await tx.leases.deliver_assigned(worker_id, now)
+                if assigned is not None:
+                    task = await tx.tasks.get(assigned.task_id)
+                    assert task is not None, "an active lease always has its task"
+                    grants.append(Claimed(assigned, task))
+                    continue
+                has_assigned = False
+            if active >= worker.max_concurrency:
+                break
+            granted = await self._grant_queued(tx, worker_id, worker.max_concurrency, ttl, now)
+            if granted is None:
+                break
+            grants.append(granted)
+            active += 1
+        if grants:
+            return tuple(grants)
+        return Missed.UNABLE if active >= worker.max_concurrency else Missed.NOTHING
+
+    async def _grant_queued(
+        self, tx: Repositories, worker_id: str, capacity: int, ttl: int, now: int
+    ) -> Claimed | None:
+        """Lease the best queued task the worker may take, if any (its row locked)."""
         lease_id = new_id(now)
         task = await tx.tasks.claim_next(
             worker_id=worker_id,
-            capacity=worker.max_concurrency,
+            capacity=capacity,
             lease_id=lease_id,
             now=now,
             sticky_cutoff=now - self.settings.sticky_wait_ms,
             live_cutoff=now - self.settings.worker_live_ms,
         )
         if task is None:
-            return Missed.NOTHING
+            return None
         # Our clock was read before the task's creator committed, possibly a millisecond
         # before its own reading: never record a grant as older than what it granted.
-        now = max(now, task.queued_at or task.created_at)
+        granted_at = max(now, task.queued_at or task.created_at)
         lease = Lease(
             id=lease_id,
             task_id=task.id,
             worker_id=worker_id,
-            started_at=now,
+            started_at=granted_at,
             # Until the worker's first heartbeat confirms it got the task, the lease is short:
             # a claim response lost on the wire costs seconds, not a whole TTL.
-            expires_at=now + min(ttl, self.settings.claim_ack_sec) * 1000,
+            expires_at=granted_at + min(ttl, self.settings.claim_ack_sec) * 1000,
             ttl_seconds=ttl,
             status=LeaseStatus.ACTIVE,
-            last_heartbeat=now,
+            last_heartbeat=granted_at,
             context_id=task.context_id,
-            claimed_at=now,
+            claimed_at=granted_at,
         )
-        await self._record_grant(tx, task, lease, now, actor=worker_id)
+        await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
         return Claimed(lease, task)
-
-    async def look_many(
-        self, tx: Repositories, worker_id: str, ttl_sec: int | None, max_tasks: int
-    ) -> Looked:
-        """Up to `max_tasks` grants for the worker, in the caller's write transaction: `look`
-        again while it grants (the first one touching the worker)."""
-        grants: list[Claimed] = []
-        while len(grants) < max_tasks:
-            looked = await self.look(tx, worker_id, ttl_sec, touch=not grants)
-            if isinstance(looked, Missed):
-                return tuple(grants) or looked
-            grants.append(looked)
-        return tuple(grants)
 
     def next_look(self, ttl_sec: int | None, max_tasks: int = 1) -> NextLook:
         """The first look of a claim (`look_many`) for another use case's transaction: a

@@ -16,6 +16,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from bloom.db.executor import Connection
 from bloom.db.repository import (
     LIKE_ESCAPE,
     Repository,
@@ -214,6 +215,11 @@ at 100,000 queued, so each claim is planned for its values: docs/decisions.md.)"
 
 
 class TaskRepository(Repository):
+    def __init__(self, connection: Connection):
+        super().__init__(connection)
+        self._walking = False
+        """Whether this transaction set `_WALK_THE_QUEUE_INDEX` already."""
+
     async def insert(self, task: Task, request_hash: str | None = None) -> bool:
         """Insert `task`; False when its idempotency key is already taken."""
         values = entity_values(task, TASK_COLUMNS) | {"request_hash": request_hash}
@@ -337,6 +343,7 @@ class TaskRepository(Repository):
             "b_sticky_cutoff": sticky_cutoff,
             "b_live_cutoff": live_cutoff,
         }
-        if self.is_postgres:
+        if self.is_postgres and not self._walking:
             await self.run(_WALK_THE_QUEUE_INDEX)
+            self._walking = True
         return await self.one(Task, _CLAIM, params)
