@@ -330,3 +330,28 @@ async def test_a_pushed_lease_comes_first_then_queued_tasks(client: httpx.AsyncC
     )
     assert [grant["task"]["id"] for grant in body["next"]] == [pushed["id"], *queued[:2]]
     assert (await client.get(f"{API}/llm-tasks/{queued[2]}")).json()["status"] == "queued"
+
+
+async def test_workers_draining_in_batches_at_once_take_each_task_once(
+    client: httpx.AsyncClient,
+) -> None:
+    workers, slots, tasks = 4, 4, 60
+    for n in range(workers):
+        await register_worker(client, f"w{n}", slots=slots)
+    queued = {(await create_task(client, prompt=f"t{n}"))["id"] for n in range(tasks)}
+    completed: list[str] = []
+
+    async def drain(worker: str) -> None:
+        first = await claim(client, worker)
+        held = [first] if first is not None else []
+        while held:
+            ends = [success(task_id=g["task"]["id"], lease_id=g["lease"]["id"]) for g in held]
+            body = await complete_many(client, worker, ends, wait_seconds=0, max_tasks=slots)
+            assert [end["error"] for end in body["completed"]] == [None] * len(held)
+            completed.extend(end["task_id"] for end in body["completed"])
+            held = body["next"]
+            assert len(held) <= slots
+            assert {grant["lease"]["worker_id"] for grant in held} <= {worker}
+
+    await asyncio.gather(*(drain(f"w{n}") for n in range(workers)))
+    assert sorted(completed) == sorted(queued)  # every task, once

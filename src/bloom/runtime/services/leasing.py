@@ -300,62 +300,59 @@ class LeaseService:
         if worker.paused_until is not None and worker.paused_until > now:
             return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
         grants: list[Claimed] = []
-        # As counted before the lock: the claim statement counts again.
-        active = worker.active_leases
-        while len(grants) < max_tasks:
-            if has_assigned:
-                assigned = await tx.leases.deliver_assigned(worker_id, now)
-                if assigned is not None:
-                    task = await tx.tasks.get(assigned.task_id)
-                    assert task is not None, "an active lease always has its task"
-                    grants.append(Claimed(assigned, task))
-                    continue
-                has_assigned = False
-            if active >= worker.max_concurrency:
+        while has_assigned and len(grants) < max_tasks:  # leases pushed to it, first
+            assigned = await tx.leases.deliver_assigned(worker_id, now)
+            if assigned is None:
                 break
-            granted = await self._grant_queued(tx, worker_id, worker.max_concurrency, ttl, now)
-            if granted is None:
-                break
-            grants.append(granted)
-            active += 1
+            task = await tx.tasks.get(assigned.task_id)
+            assert task is not None, "an active lease always has its task"
+            grants.append(Claimed(assigned, task))
+        # Its free slots as counted before the lock (the claim statement counts again)
+        free = worker.max_concurrency - worker.active_leases
+        wanted = min(max_tasks - len(grants), free)
+        if wanted > 0:
+            grants += await self._grant_queued(
+                tx, worker_id, worker.max_concurrency, wanted, ttl, now
+            )
         if grants:
             return tuple(grants)
-        return Missed.UNABLE if active >= worker.max_concurrency else Missed.NOTHING
+        return Missed.UNABLE if free <= 0 else Missed.NOTHING
 
     async def _grant_queued(
-        self, tx: Repositories, worker_id: str, capacity: int, ttl: int, now: int
-    ) -> Claimed | None:
-        """Lease the best queued task the worker may take, if any (its row locked)."""
-        lease_id = new_id(now)
-        task = await tx.tasks.claim_next(
+        self, tx: Repositories, worker_id: str, capacity: int, count: int, ttl: int, now: int
+    ) -> list[Claimed]:
+        """Lease up to `count` of the best queued tasks the worker may take (its row locked)."""
+        tasks = await tx.tasks.claim_several(
             worker_id=worker_id,
             capacity=capacity,
-            lease_id=lease_id,
+            lease_ids=[new_id(now) for _ in range(count)],
             now=now,
             sticky_cutoff=now - self.settings.sticky_wait_ms,
             live_cutoff=now - self.settings.worker_live_ms,
         )
-        if task is None:
-            return None
-        # Our clock was read before the task's creator committed, possibly a millisecond
-        # before its own reading: never record a grant as older than what it granted.
-        granted_at = max(now, task.queued_at or task.created_at)
-        lease = Lease(
-            id=lease_id,
-            task_id=task.id,
-            worker_id=worker_id,
-            started_at=granted_at,
-            # Until the worker's first heartbeat confirms it got the task, the lease is short:
-            # a claim response lost on the wire costs seconds, not a whole TTL.
-            expires_at=granted_at + min(ttl, self.settings.claim_ack_sec) * 1000,
-            ttl_seconds=ttl,
-            status=LeaseStatus.ACTIVE,
-            last_heartbeat=granted_at,
-            context_id=task.context_id,
-            claimed_at=granted_at,
-        )
-        await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
-        return Claimed(lease, task)
+        grants: list[Claimed] = []
+        for task in tasks:
+            assert task.lease_id is not None, "a claimed task names its lease"
+            # Our clock was read before the task's creator committed, possibly a millisecond
+            # before its own reading: never record a grant as older than what it granted.
+            granted_at = max(now, task.queued_at or task.created_at)
+            lease = Lease(
+                id=task.lease_id,
+                task_id=task.id,
+                worker_id=worker_id,
+                started_at=granted_at,
+                # Until the worker's first heartbeat confirms it got the task, the lease is
+                # short: a claim response lost on the wire costs seconds, not a whole TTL.
+                expires_at=granted_at + min(ttl, self.settings.claim_ack_sec) * 1000,
+                ttl_seconds=ttl,
+                status=LeaseStatus.ACTIVE,
+                last_heartbeat=granted_at,
+                context_id=task.context_id,
+                claimed_at=granted_at,
+            )
+            await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
+            grants.append(Claimed(lease, task))
+        return grants
 
     def next_look(self, ttl_sec: int | None, max_tasks: int = 1) -> NextLook:
         """The first look of a claim (`look_many`) for another use case's transaction: a

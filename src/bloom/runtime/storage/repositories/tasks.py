@@ -5,6 +5,7 @@ from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import (
+    String,
     bindparam,
     exists,
     func,
@@ -140,8 +141,9 @@ _LEASE_QUEUED = (
 )
 
 
-def _claim_statement() -> Any:
-    """Lease the best queued task a worker may take.
+def _claim_candidates() -> tuple[Any, Any]:
+    """The queued tasks a worker may take, best first, locked as read (skipping locked ones),
+    while it holds fewer active leases than `b_capacity`; and the count of those it holds.
 
     Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
     future) has its tasks passed over. A task whose context was last held by another worker is
@@ -179,7 +181,7 @@ def _claim_statement() -> Any:
         .where(leases.c.worker_id == bindparam("b_worker"), is_state(leases.c.status, "active"))
         .scalar_subquery()
     )
-    candidate = (
+    candidates = (
         select(t.c.id)
         .where(
             my_load < bindparam("b_capacity"),
@@ -191,10 +193,14 @@ def _claim_statement() -> Any:
             ),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
-        .limit(1)
         .with_for_update(skip_locked=True)
-        .scalar_subquery()
     )
+    return candidates, my_load
+
+
+def _claim_statement() -> Any:
+    """Lease the best queued task a worker may take (`_claim_candidates`)."""
+    candidate = _claim_candidates()[0].limit(1).scalar_subquery()
     return (
         update(t)
         .where(t.c.id == candidate, is_state(t.c.status, "queued"))
@@ -203,7 +209,36 @@ def _claim_statement() -> Any:
     )
 
 
+def _claim_several_statement() -> Any:
+    """PostgreSQL: lease up to `b_limit` of the best queued tasks, never more than the worker's
+    free slots, in one statement; each under the next of `b_lease_ids`."""
+    candidates, my_load = _claim_candidates()
+    free = func.greatest(0, func.least(bindparam("b_limit"), bindparam("b_capacity") - my_load))
+    picked = candidates.limit(free).subquery("candidate")
+    numbered = select(picked.c.id, func.row_number().over().label("n")).subquery("numbered")
+    ids = (
+        func.unnest(bindparam("b_lease_ids", type_=postgresql.ARRAY(String())))
+        .table_valued("lease_id", with_ordinality="n")
+        .render_derived("ids", with_types=False)
+    )
+    # Taken once (a CTE made to be materialised): a subquery joined to the ids could be run
+    # again for each of them, and number its rows differently each time.
+    paired = (
+        select(numbered.c.id, ids.c.lease_id)
+        .join_from(numbered, ids, numbered.c.n == ids.c.n)
+        .cte("paired")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        update(t)
+        .where(t.c.id == paired.c.id, is_state(t.c.status, "queued"))
+        .values(_LEASED_VALUES | {"lease_id": paired.c.lease_id})
+        .returning(*TASK_COLUMNS)
+    )
+
+
 _CLAIM = _claim_statement()
+_CLAIM_SEVERAL = _claim_several_statement()
 _WALK_THE_QUEUE_INDEX = select(func.set_config("enable_sort", "off", True))
 """PostgreSQL, for the rest of the claim's transaction: no plan that sorts. A burst of creates
 into a small table leaves its statistics saying "a few rows" until autoanalyze comes (up to a
@@ -343,7 +378,51 @@ class TaskRepository(Repository):
             "b_sticky_cutoff": sticky_cutoff,
             "b_live_cutoff": live_cutoff,
         }
+        await self._walk_the_queue_index()
+        return await self.one(Task, _CLAIM, params)
+
+    async def claim_several(
+        self,
+        *,
+        worker_id: str,
+        capacity: int,
+        lease_ids: list[str],
+        now: int,
+        sticky_cutoff: int,
+        live_cutoff: int,
+    ) -> list[Task]:
+        """`claim_next` for up to `len(lease_ids)` tasks, each leased under the next id, best
+        first. On PostgreSQL one statement takes them all, never beyond the worker's free slots;
+        on SQLite (a single writer) the caller keeps the count within them."""
+        if not self.is_postgres or len(lease_ids) == 1:
+            tasks: list[Task] = []
+            for lease_id in lease_ids:
+                task = await self.claim_next(
+                    worker_id=worker_id,
+                    capacity=capacity,
+                    lease_id=lease_id,
+                    now=now,
+                    sticky_cutoff=sticky_cutoff,
+                    live_cutoff=live_cutoff,
+                )
+                if task is None:
+                    break
+                tasks.append(task)
+            return tasks
+        params = {
+            "b_worker": worker_id,
+            "b_capacity": capacity,
+            "b_limit": len(lease_ids),
+            "b_lease_ids": lease_ids,
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+        }
+        await self._walk_the_queue_index()
+        tasks = await self.all(Task, _CLAIM_SEVERAL, params)
+        return sorted(tasks, key=lambda task: (-task.priority, task.created_at, task.id))
+
+    async def _walk_the_queue_index(self) -> None:
         if self.is_postgres and not self._walking:
             await self.run(_WALK_THE_QUEUE_INDEX)
             self._walking = True
-        return await self.one(Task, _CLAIM, params)
