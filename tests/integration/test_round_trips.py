@@ -355,3 +355,15 @@ async def test_workers_draining_in_batches_at_once_take_each_task_once(
 
     await asyncio.gather(*(drain(f"w{n}") for n in range(workers)))
     assert sorted(completed) == sorted(queued)  # every task, once
+
+
+async def test_an_end_sent_twice_in_one_batch_is_recorded_once(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    task = await create_task(client)
+    await claim(client, "w1")
+    end = success(task_id=task["id"])
+    body = await complete_many(client, "w1", [end, end])
+    first, again = body["completed"]
+    assert (first["replayed"], again["replayed"]) == (False, True)
+    assert again == first | {"replayed": True}
+    assert len(await artifacts_of(client, task["id"])) == 1

@@ -6,6 +6,7 @@ conflict and changes nothing.
 """
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import structlog
 
@@ -21,7 +22,7 @@ from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
-from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, fenced, lapsed
+from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
 from bloom.runtime.services.leasing import Looked, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -74,6 +75,14 @@ class CompletedMany:
     ends: list[Completed | ServiceError]
     next: Looked | None = None
     next_refused: str | None = None
+
+
+class _Read(NamedTuple):
+    """An end's task and lease as read and checked, and whether its lease is now released."""
+
+    task: Task
+    lease: Lease
+    released: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +215,30 @@ class AttemptService:
         try:
             async with self.db.write() as tx:
                 await tx.workers.lock(worker_id)
-                recorded = {
-                    index: await self._record(
-                        tx, endings[index], stored[index], worker_id, now, lock_worker=False
+                found = await tx.leases.tasks_with_leases(
+                    [(endings[index].task_id, endings[index].lease_id) for index in order]
+                )
+                held = {
+                    index: checked(
+                        found.get(endings[index].task_id),
+                        endings[index].task_id,
+                        endings[index].lease_id,
+                        worker_id,
+                        completing=True,
                     )
                     for index in order
                 }
+                released = await tx.leases.end_several(
+                    [lease.id for _, lease in held.values()], LeaseStatus.RELEASED, now
+                )
+                recorded = {}
+                for index in order:
+                    task, lease = held[index]
+                    read = _Read(task, lease, lease.id in released)
+                    released.discard(lease.id)  # a lease named twice is ended once
+                    recorded[index] = await self._record(
+                        tx, endings[index], stored[index], worker_id, now, read=read
+                    )
                 following: Looked | None = None
                 refused = None
                 if claim_next is not None:
@@ -241,19 +268,29 @@ class AttemptService:
         worker_id: str | None,
         now: int,
         *,
-        lock_worker: bool,
+        lock_worker: bool = False,
+        read: _Read | None = None,
     ) -> _Recorded:
         """One attempt's end written in `tx` (or the first outcome, on a replay); with
-        `lock_worker`, the lease's worker's row is locked before anything is written."""
+        `lock_worker`, the lease's worker's row is locked before anything is written. `read`:
+        its task and lease, read and checked (`fencing.checked`), the lease ended or not,
+        by the caller (who holds the worker's row lock)."""
         completion = ending.completion
-        task, lease = await fenced(tx, ending.task_id, ending.lease_id, worker_id, completing=True)
         pause_until = _usage_limit_reset(completion, now)
         usage = Usage.from_metrics(completion.metrics)
-        if lock_worker or pause_until is not None:
-            # The worker's row before the lease and the task: every writer's lock order.
-            await tx.workers.lock(lease.worker_id)
-        released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now)
-        if released is None:
+        if read is None:
+            task, lease = await fenced(
+                tx, ending.task_id, ending.lease_id, worker_id, completing=True
+            )
+            if lock_worker or pause_until is not None:
+                # The worker's row before the lease and the task: every writer's lock order.
+                await tx.workers.lock(lease.worker_id)
+            released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now) is not None
+        else:
+            task, lease, released = read
+            if pause_until is not None:
+                await tx.workers.lock(lease.worker_id)
+        if not released:
             # Already ended: by this same complete sent before (a replay), or for good.
             replay = await self._replay(tx, lease, completion)
             if replay is not None:

@@ -34,6 +34,18 @@ async def fenced(
     """The task and the lease the caller names (default: the task's current one), checked to
     belong together and to the caller."""
     found = await tx.leases.task_with_lease(task_id, lease_id)
+    return checked(found, task_id, lease_id, worker_id, completing=completing)
+
+
+def checked(
+    found: tuple[Task, Lease | None] | None,
+    task_id: str,
+    lease_id: str | None,
+    worker_id: str | None,
+    *,
+    completing: bool,
+) -> tuple[Task, Lease]:
+    """`fenced`'s checks of what was read for the task and the lease named."""
     if found is None:
         raise NotFound("Task not found" if completing else TASK_OR_LEASE_NOT_FOUND)
     task, lease = found

@@ -1,8 +1,11 @@
 """SQL for `leases`: grants, fenced renewals and endings, and the reaper's queries."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import BigInteger, String, bindparam, exists, func, select, update
+from sqlalchemy.dialects import postgresql
 
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.models import Lease, Task
@@ -140,6 +143,36 @@ _TASK_WITH_LEASE = (
     .where(llm_tasks.c.id == bindparam("b_task"))
 )
 
+_NAMED = (
+    func.unnest(
+        bindparam("b_tasks", type_=postgresql.ARRAY(String())),
+        bindparam("b_leases", type_=postgresql.ARRAY(String())),
+    )
+    .table_valued("task_id", "lease_id")
+    .render_derived("named", with_types=False)
+)
+_TASKS_WITH_LEASES = (
+    select(*TASK_COLUMNS, *[c.label(f"lease__{c.name}") for c in LEASE_COLUMNS])
+    .select_from(
+        _NAMED.join(llm_tasks, llm_tasks.c.id == _NAMED.c.task_id).outerjoin(
+            lz, lz.c.id == func.coalesce(_NAMED.c.lease_id, llm_tasks.c.lease_id)
+        )
+    )
+    .order_by(llm_tasks.c.id)
+)
+"""PostgreSQL: `_TASK_WITH_LEASE` for several tasks, each with the lease named beside it."""
+_END_SEVERAL = (
+    update(lz)
+    .where(
+        lz.c.id == func.any(bindparam("b_ids", type_=postgresql.ARRAY(String()))),
+        ACTIVE,
+        lz.c.expires_at >= bindparam("b_now"),
+    )
+    .values(status=bindparam("b_status"), ended_at=bindparam("b_now"))
+    .returning(lz.c.id)
+)
+"""PostgreSQL: `_END` for several leases."""
+
 
 @dataclass(frozen=True, slots=True)
 class Renewal:
@@ -189,14 +222,22 @@ class LeaseRepository(Repository):
         """The task and the lease named (default: the task's current one) if that exists,
         whatever task it belongs to, in one read."""
         rows = await self.run(_TASK_WITH_LEASE, {"b_task": task_id, "b_lease": lease_id})
-        if not rows:
-            return None
-        values = dict(rows[0])
-        lease_values = {
-            key[7:]: values.pop(key) for key in list(values) if key.startswith("lease__")
-        }
-        lease = to_entity(Lease, lease_values) if lease_values["id"] is not None else None
-        return to_entity(Task, values), lease
+        return _task_and_lease(rows[0]) if rows else None
+
+    async def tasks_with_leases(
+        self, named: list[tuple[str, str | None]]
+    ) -> dict[str, tuple[Task, Lease | None]]:
+        """`task_with_lease` for each (task, lease) pair, by task id (unknown tasks left out);
+        on PostgreSQL in one read."""
+        if not self.is_postgres:
+            found = {
+                task_id: await self.task_with_lease(task_id, lease_id)
+                for task_id, lease_id in named
+            }
+            return {task_id: pair for task_id, pair in found.items() if pair is not None}
+        params = {"b_tasks": [task for task, _ in named], "b_leases": [lease for _, lease in named]}
+        pairs = [_task_and_lease(row) for row in await self.run(_TASKS_WITH_LEASES, params)]
+        return {task.id: (task, lease) for task, lease in pairs}
 
     async def deliver_assigned(self, worker_id: str, now: int) -> Lease | None:
         """Mark the oldest lease granted to `worker_id` but not yet handed to it as delivered."""
@@ -235,6 +276,13 @@ class LeaseRepository(Repository):
             Lease, _END, {"b_id": lease_id, "b_status": str(status), "b_now": now}
         )
 
+    async def end_several(self, lease_ids: list[str], status: LeaseStatus, now: int) -> set[str]:
+        """`end` for each lease; the ids of those it ended (on PostgreSQL in one statement)."""
+        if not self.is_postgres:
+            return {lease_id for lease_id in lease_ids if await self.end(lease_id, status, now)}
+        params = {"b_ids": lease_ids, "b_status": str(status), "b_now": now}
+        return {row["id"] for row in await self.run(_END_SEVERAL, params)}
+
     async def expire(self, lease_id: str, now: int) -> Lease | None:
         """The reaper's compare-and-set: an active lease past its expiry becomes expired."""
         return await self.one(Lease, _EXPIRE, {"b_id": lease_id, "b_now": now})
@@ -260,3 +308,10 @@ class LeaseRepository(Repository):
         """The worker that holds, or most recently held, `context_id`."""
         holder: str | None = await self.scalar(_LATEST_HOLDER, {"b_context": context_id})
         return holder
+
+
+def _task_and_lease(row: Mapping[str, Any]) -> tuple[Task, Lease | None]:
+    values = dict(row)
+    lease_values = {key[7:]: values.pop(key) for key in list(values) if key.startswith("lease__")}
+    lease = to_entity(Lease, lease_values) if lease_values["id"] is not None else None
+    return to_entity(Task, values), lease
