@@ -94,7 +94,9 @@ class Planner:
         self._decode_in_python = kind == "sqlite"
         self._plans: dict[tuple[int, frozenset[str]], Plan] = {}
         self._inserts: dict[str, Executable] = {}
-        self._appends: dict[tuple[tuple[str, tuple[str, ...], int], ...], Executable] = {}
+        self._appends: dict[
+            tuple[tuple[str, tuple[str, ...], int], ...], tuple[Plan, tuple[int, ...]]
+        ] = {}
 
     def insert_of(self, table: Table) -> Executable:
         """`INSERT INTO table`, its columns those of the values it is run with."""
@@ -103,27 +105,37 @@ class Planner:
             statement = self._inserts[table.name] = insert(table)
         return statement
 
-    def appends(self, rows: list[Appended]) -> tuple[Executable, dict[str, Any]]:
+    def appends(self, rows: list[Appended]) -> tuple[Plan, list[Any]]:
         """One statement inserting every row (PostgreSQL): a multi-row INSERT per table and
-        set of columns, all but the last as data-modifying CTEs; and its parameters."""
+        set of columns, all but the last as data-modifying CTEs; compiled, with its arguments.
+        Kept per shape (tables, columns, row counts) with the order its arguments go in."""
         groups: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
         tables: dict[str, Table] = {}
         for table, values in rows:
             tables[table.name] = table
             groups.setdefault((table.name, tuple(values)), []).append(values)
         shape = tuple((name, keys, len(group)) for (name, keys), group in groups.items())
-        params = {
-            f"a{g}_{i}_{key}": value
-            for g, group in enumerate(groups.values())
-            for i, values in enumerate(group)
-            for key, value in values.items()
-        }
-        statement = self._appends.get(shape)
-        if statement is None:
-            statement = _combined_insert(shape, tables)
+        flat = [value for group in groups.values() for row in group for value in row.values()]
+        cached = self._appends.get(shape)
+        if cached is None:
+            cached = self._append_plan(shape, tables)
             if len(self._appends) < MAX_APPEND_SHAPES:
-                self._appends[shape] = statement
-        return statement, params
+                self._appends[shape] = cached
+        plan, order = cached
+        return plan, [flat[index] for index in order]
+
+    def _append_plan(
+        self, shape: tuple[tuple[str, tuple[str, ...], int], ...], tables: Mapping[str, Table]
+    ) -> tuple[Plan, tuple[int, ...]]:
+        names = [
+            f"a{g}_{i}_{key}"
+            for g, (_, keys, count) in enumerate(shape)
+            for i in range(count)
+            for key in keys
+        ]
+        plan = self._compile(_combined_insert(shape, tables), frozenset(names))
+        where = {name: index for index, name in enumerate(names)}
+        return plan, tuple(where[name] for name in plan.names)
 
     def plan(self, statement: Executable, keys: frozenset[str]) -> Plan:
         cached = self._plans.get((id(statement), keys))
@@ -212,8 +224,7 @@ class Connection:
             return
         self._appended, self._appended_to = [], set()
         if self.kind == "postgresql":
-            statement, params = self.planner.appends(rows)
-            await self._run(statement, params)
+            await self._send(*self.planner.appends(rows))
             return
         for table, values in rows:
             await self._run(self.planner.insert_of(table), values)
@@ -230,7 +241,9 @@ class Connection:
 
     async def _run(self, statement: Executable, params: Mapping[str, Any]) -> list[Row]:
         plan = self.planner.plan(statement, frozenset(params))
-        args = plan.args(params)
+        return await self._send(plan, plan.args(params))
+
+    async def _send(self, plan: Plan, args: list[Any]) -> list[Row]:
         if self.kind == "postgresql":
             if plan.returns_rows:
                 return await self.conn.fetch(plan.sql, *args)  # type: ignore[no-any-return]
