@@ -78,11 +78,13 @@ class CompletedMany:
 
 
 class _Read(NamedTuple):
-    """An end's task and lease as read and checked, and whether its lease is now released."""
+    """An end's task and lease as read and checked, whether its lease is now released, and
+    then its task as moved on (None: it could not be)."""
 
     task: Task
     lease: Lease
     released: bool
+    finished: Task | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +233,19 @@ class AttemptService:
                 released = await tx.leases.end_several(
                     [lease.id for _, lease in held.values()], LeaseStatus.RELEASED, now
                 )
+                ending_of: dict[int, Lease] = {}  # the ends whose lease they released
+                for index in order:
+                    lease = held[index][1]
+                    if lease.id in released:
+                        released.discard(lease.id)  # a lease named twice is ended once
+                        ending_of[index] = lease
+                finished = await self._transitions(
+                    tx, [(*held[index], endings[index]) for index in ending_of], now
+                )
                 recorded = {}
                 for index in order:
                     task, lease = held[index]
-                    read = _Read(task, lease, lease.id in released)
-                    released.discard(lease.id)  # a lease named twice is ended once
+                    read = _Read(task, lease, index in ending_of, finished.get(task.id))
                     recorded[index] = await self._record(
                         tx, endings[index], stored[index], worker_id, now, read=read
                     )
@@ -251,6 +261,23 @@ class AttemptService:
         return CompletedMany(
             [recorded[index].completed for index in range(len(endings))], following, refused
         )
+
+    async def _transitions(
+        self, tx: Repositories, ends: list[tuple[Task, Lease, Ending]], now: int
+    ) -> dict[str, Task]:
+        """The tasks of ends whose leases were released moved on (fenced by those leases), one
+        statement for each set of new values (a batch of successes shares one); the tasks
+        changed, by id."""
+        alike: dict[tuple[tuple[str, object], ...], list[tuple[str, str]]] = {}
+        for task, lease, ending in ends:
+            values = self._next_task_values(task, ending.completion, now)
+            alike.setdefault(tuple(values.items()), []).append((task.id, lease.id))
+        finished: dict[str, Task] = {}
+        for new_values, fenced_pairs in alike.items():
+            finished |= await tx.tasks.transition_several(
+                fenced_pairs, from_statuses=IN_FLIGHT, values=dict(new_values)
+            )
+        return finished
 
     async def _alone(self, ending: Ending, worker_id: str) -> Completed | ServiceError:
         try:
@@ -287,7 +314,7 @@ class AttemptService:
                 await tx.workers.lock(lease.worker_id)
             released = await tx.leases.end(lease.id, LeaseStatus.RELEASED, now) is not None
         else:
-            task, lease, released = read
+            task, lease, released, finished = read
             if pause_until is not None:
                 await tx.workers.lock(lease.worker_id)
         if not released:
@@ -296,12 +323,13 @@ class AttemptService:
             if replay is not None:
                 return _Recorded(replay, lease, usage, [])
             raise lapsed(lease, task, now)
-        finished = await tx.tasks.transition(
-            task.id,
-            from_statuses=IN_FLIGHT,
-            lease_id=lease.id,
-            values=self._next_task_values(task, completion, now),
-        )
+        if read is None:
+            finished = await tx.tasks.transition(
+                task.id,
+                from_statuses=IN_FLIGHT,
+                lease_id=lease.id,
+                values=self._next_task_values(task, completion, now),
+            )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
         artifact = self._artifact(task.id, completion, stored, now)

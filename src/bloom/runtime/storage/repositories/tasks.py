@@ -126,6 +126,28 @@ def _transition_statement(from_statuses: frozenset[str], fenced: bool) -> Any:
     return stmt.where(t.c.lease_id == bindparam("b_lease")) if fenced else stmt
 
 
+@functools.cache
+def _transition_several_statement(from_statuses: frozenset[str]) -> Any:
+    """PostgreSQL: `_transition_statement` (fenced) for several (task, lease) pairs at once."""
+    named = (
+        func.unnest(
+            bindparam("b_ids", type_=postgresql.ARRAY(String())),
+            bindparam("b_leases", type_=postgresql.ARRAY(String())),
+        )
+        .table_valued("id", "lease_id")
+        .render_derived("named", with_types=False)
+    )
+    return (
+        update(t)
+        .where(
+            t.c.id == named.c.id,
+            t.c.lease_id == named.c.lease_id,
+            or_(*(is_state(t.c.status, s) for s in sorted(from_statuses))),
+        )
+        .returning(*TASK_COLUMNS)
+    )
+
+
 _LEASED_VALUES = {
     "status": TaskStatus.LEASED.value,
     "attempts": t.c.attempts + 1,
@@ -344,6 +366,31 @@ class TaskRepository(Repository):
             params["b_lease"] = lease_id
         statuses = frozenset(str(s) for s in from_statuses)
         return await self.one(Task, _transition_statement(statuses, lease_id is not None), params)
+
+    async def transition_several(
+        self,
+        fenced: list[tuple[str, str]],
+        *,
+        from_statuses: Collection[TaskStatus],
+        values: dict[str, Any],
+    ) -> dict[str, Task]:
+        """`transition` of each (task, lease) pair with the same `values`; the tasks changed,
+        by id (on PostgreSQL in one statement)."""
+        if not self.is_postgres:
+            moved = [
+                await self.transition(
+                    task_id, from_statuses=from_statuses, lease_id=lease_id, values=values
+                )
+                for task_id, lease_id in fenced
+            ]
+            return {task.id: task for task in moved if task is not None}
+        params = values | {
+            "b_ids": [task_id for task_id, _ in fenced],
+            "b_leases": [lease_id for _, lease_id in fenced],
+        }
+        statuses = frozenset(str(s) for s in from_statuses)
+        changed = await self.all(Task, _transition_several_statement(statuses), params)
+        return {task.id: task for task in changed}
 
     async def lease_queued(
         self, task_id: str, *, lease_id: str, worker_id: str, now: int
