@@ -11,7 +11,18 @@ from dataclasses import fields
 from enum import Enum
 from typing import Any, TypeVar, get_type_hints
 
-from sqlalchemy import ColumnElement, Executable, Table, and_, bindparam, literal_column, or_
+from sqlalchemy import (
+    ColumnElement,
+    Executable,
+    String,
+    Table,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    or_,
+)
+from sqlalchemy.dialects import postgresql
 
 from bloom.db.executor import Connection, Row
 
@@ -99,6 +110,13 @@ def is_state(column: Any, state: str) -> ColumnElement[bool]:
         raise ValueError(f"not a state name: {state!r}")
     result: ColumnElement[bool] = column == literal_column(f"'{state}'")
     return result
+
+
+def text_rows(name: str, **columns: str) -> Any:
+    """PostgreSQL: the text arrays bound as `columns` (column: parameter) read side by side, a
+    row per index (`unnest`), as the derived table `name`: several keys in one statement."""
+    arrays = (bindparam(param, type_=postgresql.ARRAY(String())) for param in columns.values())
+    return func.unnest(*arrays).table_valued(*columns).render_derived(name, with_types=False)
 
 
 LIKE_ESCAPE = "/"

@@ -7,7 +7,14 @@ from typing import Any
 from sqlalchemy import BigInteger, String, bindparam, exists, func, select, update
 from sqlalchemy.dialects import postgresql
 
-from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
+from bloom.db.repository import (
+    Repository,
+    entity_columns,
+    entity_values,
+    is_state,
+    text_rows,
+    to_entity,
+)
 from bloom.domain.models import Lease, Task
 from bloom.domain.states import LeaseStatus, TaskStatus
 from bloom.runtime.storage.tables import leases, llm_tasks
@@ -143,14 +150,7 @@ _TASK_WITH_LEASE = (
     .where(llm_tasks.c.id == bindparam("b_task"))
 )
 
-_NAMED = (
-    func.unnest(
-        bindparam("b_tasks", type_=postgresql.ARRAY(String())),
-        bindparam("b_leases", type_=postgresql.ARRAY(String())),
-    )
-    .table_valued("task_id", "lease_id")
-    .render_derived("named", with_types=False)
-)
+_NAMED = text_rows("named", task_id="b_tasks", lease_id="b_leases")
 _TASKS_WITH_LEASES = (
     select(*TASK_COLUMNS, *[c.label(f"lease__{c.name}") for c in LEASE_COLUMNS])
     .select_from(

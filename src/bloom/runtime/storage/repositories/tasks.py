@@ -26,6 +26,7 @@ from bloom.db.repository import (
     is_state,
     like_literal,
     older_than,
+    text_rows,
     to_entity,
 )
 from bloom.domain.models import Task
@@ -129,14 +130,7 @@ def _transition_statement(from_statuses: frozenset[str], fenced: bool) -> Any:
 @functools.cache
 def _transition_several_statement(from_statuses: frozenset[str]) -> Any:
     """PostgreSQL: `_transition_statement` (fenced) for several (task, lease) pairs at once."""
-    named = (
-        func.unnest(
-            bindparam("b_ids", type_=postgresql.ARRAY(String())),
-            bindparam("b_leases", type_=postgresql.ARRAY(String())),
-        )
-        .table_valued("id", "lease_id")
-        .render_derived("named", with_types=False)
-    )
+    named = text_rows("named", id="b_ids", lease_id="b_leases")
     return (
         update(t)
         .where(
