@@ -9,6 +9,8 @@ that. Path-style addressing, as S3-compatible servers (MinIO, moto) expect.
 
 import asyncio
 import hashlib
+import sys
+import threading
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
 PART_SIZE = 8 * 1024 * 1024
 """Content up to this size goes in one PutObject; beyond it, in multipart parts of this size."""
 READ_CHUNK = 256 * 1024
+SETTLE_CHECKS = 2000
+"""How often `close` looks whether obstore's threads are out of Python, 1 ms apart or more: it
+gives up after 2 s at least (`_settled`)."""
 MISSING = (NotFoundError, FileNotFoundError)
 """obstore raises either for a missing object (or bucket)."""
 FAILED = (BaseError, OSError)
@@ -90,6 +95,7 @@ class S3Bucket:
 
     async def close(self) -> None:
         self._stores.clear()  # obstore's connection pools go with their stores
+        await _settled()
 
     def _unavailable(self, what: str, exc: BaseException) -> ObjectStoreUnavailable:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -311,6 +317,24 @@ class _Hashed:
         self._digest.update(chunk)
         self.size += len(chunk)
         return chunk
+
+
+async def _settled() -> None:
+    """Return once no thread foreign to `threading` (obstore's tokio threads) runs Python code
+    (or after `SETTLE_CHECKS` looks). Such a thread completes an awaited call with
+    `call_soon_threadsafe`, whose write to the loop's wake-up socket lets go of the GIL: the
+    coroutine can resume and the process end before the thread takes the GIL back. A thread
+    taking it while the interpreter finalizes leaves by `pthread_exit`, whose unwinding through
+    Rust frames aborts the whole process (SIGABRT; CPython before 3.14, python/cpython#87135)."""
+    for _ in range(SETTLE_CHECKS):
+        if not _foreign_threads_in_python():
+            return
+        await asyncio.sleep(0.001)  # the GIL is free meanwhile: they finish
+
+
+def _foreign_threads_in_python() -> bool:
+    ours = {thread.ident for thread in threading.enumerate()}
+    return any(ident not in ours for ident in sys._current_frames())
 
 
 def _checked(sha256: str, expected: str | None, key: str) -> str:
