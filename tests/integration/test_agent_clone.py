@@ -1,7 +1,10 @@
 """The worker's `/clone` on its agent surface (served on a real port), with real git against a
 repository served over dumb HTTP: refused unless opted in (and keyed), the key required, the
-target confined to the repositories' base by path components, a clone, then a pull."""
+target a directory directly in the repositories' base (by path components), outside any
+checkout, and still so once cloned; plain branch names only; a clone, then a pull."""
 
+import os
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -9,17 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.domain.branch import is_plain_branch
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.settings import WorkerSettings
-from tests.support.git import GitServer
+from tests.support.agent import runs_nothing
+from tests.support.git import GitServer, git
 from tests.support.net import free_port
 
 KEY = "agent-key-for-clone-tests"
 AUTH = {"X-MEMBRIDGE-AGENT": KEY}
-
-
-async def nothing(_: object) -> bool:
-    return False
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def base(tmp_path: Path) -> Path:
 @asynccontextmanager
 async def agent(settings: WorkerSettings) -> AsyncIterator[httpx.AsyncClient]:
     """The worker's agent surface served on its port, and a client of it."""
-    async with serving(AgentSurface(settings, nothing, list)):
+    async with serving(AgentSurface(settings, runs_nothing, list)):
         url = f"http://127.0.0.1:{settings.agent_port}"
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             yield http
@@ -88,6 +89,13 @@ async def test_the_agent_key_is_required(cloner: httpx.AsyncClient) -> None:
         ({"branch": "--upload-pack=x"}, "branch"),
         ({"branch": "a..b"}, "branch"),
         ({"branch": "main;rm -rf ~"}, "branch"),
+        *(
+            ({"branch": name}, "not a plain branch name")
+            for name in ("refs/pull/1/head", "FETCH_HEAD", "HEAD", "main@{1}", "main~1", "a:b")
+        ),
+        ({"target_path": "work/r"}, "directly in"),
+        ({"target_path": ".claude"}, "directly in"),
+        ({"project_name": ".git"}, "directly in"),
         ({"colour": "blue"}, "Unknown field: colour"),
     ],
 )
@@ -143,10 +151,10 @@ async def test_a_branch_a_target_path_and_a_failing_clone(
 ) -> None:
     url = git_server.repository("demo", {"a.txt": "main\n"})
     git_server.commit("demo", {"a.txt": "feature\n"}, branch="feature")
-    body = {"repo_url": url, "project_name": "demo", "target_path": "work/demo-f"}
+    body = {"repo_url": url, "project_name": "demo", "target_path": "demo-f"}
     cloned = await cloner.post("/clone", json=body | {"branch": "feature"}, headers=AUTH)
     assert cloned.json()["ok"] is True, cloned.text
-    assert (base / "work" / "demo-f" / "a.txt").read_text() == "feature\n"
+    assert (base / "demo-f" / "a.txt").read_text() == "feature\n"
 
     missing = {"repo_url": git_server.url("nothing"), "project_name": "nothing"}
     failed = await cloner.post("/clone", json=missing, headers=AUTH)
@@ -160,3 +168,104 @@ async def test_a_branch_a_target_path_and_a_failing_clone(
         "/clone", json={"repo_url": url, "project_name": "plain"}, headers=AUTH
     )
     assert not_git.status_code == 409
+
+
+async def test_a_clone_cannot_plant_files_in_a_checkout(
+    cloner: httpx.AsyncClient, base: Path, git_server: GitServer
+) -> None:
+    """`p1/.claude` in the managed checkout p1 would bring its own settings (a SessionStart
+    hook) into every Claude session run there."""
+    url = git_server.repository("p1", {"README.md": "p1\n"})
+    cloned = await cloner.post("/clone", json={"repo_url": url, "project_name": "p1"}, headers=AUTH)
+    assert cloned.json()["ok"] is True, cloned.text
+    planted = git_server.repository("planted", {"settings.json": '{"hooks": {}}'})
+    for target in ("p1/.claude", str(base / "p1" / ".claude"), "p1/sub"):
+        body = {"repo_url": planted, "project_name": "planted", "target_path": target}
+        refused = await cloner.post("/clone", json=body, headers=AUTH)
+        assert refused.status_code == 400, target
+        assert "directly in" in refused.json()["detail"]
+    assert sorted(path.name for path in (base / "p1").iterdir()) == [".git", "README.md"]
+
+
+async def test_no_clone_inside_a_checkout_holding_the_base(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    url = git_server.repository("demo", {"README.md": "x\n"})
+    home = tmp_path / "home"
+    git("init", "--quiet", str(home))
+    settings = WorkerSettings(
+        name="n1",
+        agent_port=free_port(),
+        agent_key=KEY,
+        allow_clone=True,
+        repos_base=home / "projects",
+    )
+    async with agent(settings) as http:
+        body = {"repo_url": url, "project_name": "demo"}
+        refused = await http.post("/clone", json=body, headers=AUTH)
+    assert refused.status_code == 400
+    assert f"inside the git checkout {home.resolve()}" in refused.json()["detail"]
+    assert not (home / "projects").exists()
+
+
+HOOKS = {
+    "target-turned-link": 'mv "$here" "$here.moved" && ln -s "$elsewhere" "$here"',
+    "checkout-above": 'mkdir "$here/../.git"',
+    "base-turned-link": 'cd / && mv "$base" "$base.moved" && ln -s "$elsewhere" "$base"',
+}
+"""What a post-checkout hook does to the fresh clone (`$here`), as a local race could."""
+
+
+@pytest.mark.parametrize("change", list(HOOKS))
+async def test_a_target_changed_during_the_clone_is_refused_and_removed(
+    cloner: httpx.AsyncClient,
+    base: Path,
+    git_server: GitServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+) -> None:
+    """The node's global git configuration runs a hook while the clone checks out. What the
+    target became is refused; what lies at it is removed, a link never followed; what lies
+    beyond a link above it is left alone."""
+    url = git_server.repository("demo", {"README.md": "x\n"})
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "demo").mkdir(parents=True)
+    (elsewhere / "demo" / "keep").write_text("not ours\n")
+    hook = tmp_path / "hooks" / "post-checkout"
+    hook.parent.mkdir()
+    hook.write_text(
+        f'#!/bin/sh\nhere=$(pwd -P) elsewhere="{elsewhere}" base="{base}"\n{HOOKS[change]}\n'
+    )
+    hook.chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[core]\n\thooksPath = {hook.parent}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    body = {"repo_url": url, "project_name": "demo"}
+    refused = await cloner.post("/clone", json=body, headers=AUTH)
+    assert refused.status_code == 409, refused.text
+    detail = refused.json()["detail"]
+    if change == "base-turned-link":
+        assert detail.endswith(f"now leads to {elsewhere / 'demo'}: refused")
+    else:
+        assert detail.endswith("changed during the clone: refused and removed")
+        assert not os.path.lexists(base / "demo")
+    assert [path.name for path in elsewhere.rglob("*")] == ["demo", "keep"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *("main", "feature/x", "release-1.2", "v1.0", "a.b/c_d", "pull/1/head", "x" * 255),
+        *("HEAD", "FETCH_HEAD", "refs/pull/1/head", "main@{1}", "main~1", "a:b", "-x", "a..b"),
+        *(".a", "a/.b", "a.lock", "a/", "a//b", "a.", "a b", "a*b", "a[b", "a\\b", "@"),
+    ],
+)
+def test_every_plain_branch_is_one_git_takes(name: str) -> None:
+    """The validator is git's rule for a branch name (`git check-ref-format --branch`) or
+    stricter, never looser."""
+    checked = subprocess.run(
+        ["git", "check-ref-format", "--branch", name], capture_output=True, check=False
+    )
+    if is_plain_branch(name):
+        assert checked.returncode == 0, name

@@ -10,8 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.web.settings import SettingsError
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.settings import WorkerSettings
+from tests.support.agent import runs_nothing
 from tests.support.git import GitServer, git
 from tests.support.net import free_port
 
@@ -19,14 +21,10 @@ KEY = "agent-key-for-process-control"
 AUTH = {"X-MEMBRIDGE-AGENT": KEY}
 
 
-async def nothing(_: object) -> bool:
-    return False
-
-
 @asynccontextmanager
 async def agent(settings: WorkerSettings, stops: list[bool]) -> AsyncIterator[httpx.AsyncClient]:
     """The agent surface on its port, recording the worker's stops (True: start again)."""
-    async with serving(AgentSurface(settings, nothing, list, None, stops.append)):
+    async with serving(AgentSurface(settings, runs_nothing, list, None, stops.append)):
         url = f"http://127.0.0.1:{settings.agent_port}"
         async with httpx.AsyncClient(base_url=url, timeout=60) as http:
             yield http
@@ -112,12 +110,56 @@ async def test_self_update_fast_forwards_the_checkout_then_restarts(
     assert stops == [True]
 
 
+async def test_self_update_follows_only_plain_branches_the_node_follows(
+    tmp_path: Path, git_server: GitServer
+) -> None:
+    """On a forge anyone may open a pull request (`refs/pull/1/head`) or push a branch: the
+    worker follows the branch it was installed from (its checkout's), and those an admin lists
+    in BLOOM_WORKER_UPDATE_BRANCHES; a plain name never reaches anything but a branch."""
+    url = git_server.repository("bloom", {"VERSION": "1\n"})
+    checkout = tmp_path / "checkout"
+    git("clone", "--quiet", url, str(checkout))
+    git_server.commit("bloom", {"VERSION": "pull request\n"}, branch="refs/pull/1/head")
+    git_server.commit("bloom", {"VERSION": "release\n"}, branch="release")
+    stops: list[bool] = []
+    async with agent(allowed(checkout=checkout), stops) as http:
+        for branch in ("refs/pull/1/head", "FETCH_HEAD", "HEAD", "main@{1}", "main~1", "a:b"):
+            refused = await http.post("/self-update", json={"branch": branch}, headers=AUTH)
+            assert refused.status_code == 400, branch
+            assert "not a plain branch name" in refused.json()["detail"]
+        for branch in ("release", "pull/1/head"):
+            refused = await http.post("/self-update", json={"branch": branch}, headers=AUTH)
+            assert refused.status_code == 403, branch
+            detail = refused.json()["detail"]
+            assert detail.startswith(f"branch '{branch}' is not followed here")
+            assert "installed from (main)" in detail
+            assert "BLOOM_WORKER_UPDATE_BRANCHES (none)" in detail
+    assert (checkout / "VERSION").read_text() == "1\n"
+    admin_allowed = allowed(checkout=checkout, update_branches=["pull/1/head", "release"])
+    async with agent(admin_allowed, stops) as http:
+        answer = await http.post("/self-update", json={"branch": "pull/1/head"}, headers=AUTH)
+        assert (answer.json()["ok"], answer.json()["detail"]) == (False, "git pull failed")
+        assert (checkout / "VERSION").read_text() == "1\n"
+        assert stops == []
+        answer = await http.post("/self-update", json={"branch": "release"}, headers=AUTH)
+        assert answer.json()["ok"] is True, answer.text
+    assert (checkout / "VERSION").read_text() == "release\n"
+    assert stops == [True]
+
+
 async def test_self_update_outside_a_checkout_is_a_failure(tmp_path: Path) -> None:
     stops: list[bool] = []
     async with agent(allowed(checkout=tmp_path), stops) as http:
         answer = (await http.post("/self-update", headers=AUTH)).json()
     assert (answer["ok"], answer["detail"]) == (False, f"{tmp_path} is not a git checkout")
     assert stops == []
+
+
+async def test_the_surface_is_not_served_beyond_loopback_without_a_key() -> None:
+    """`bloom worker run` refuses first (exit 2); serving it from code refuses too."""
+    with pytest.raises(SettingsError, match=r"refusing to serve the agent surface on 0\.0\.0\.0 "):
+        async with agent(allowed(agent_key="", agent_host="0.0.0.0"), []):
+            pass
 
 
 async def test_the_workers_metrics_need_the_agent_key_unless_public() -> None:

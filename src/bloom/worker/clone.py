@@ -3,28 +3,30 @@ served only by a worker started with `--allow-clone`.
 
 As the reference: `git clone [--branch b] url target`, or `git pull` in a target that is a
 checkout already, answered `{ok, action, path, project_name, stdout, stderr, detail}` (HTTP 200
-with `ok: false` when git fails). Unlike it (§9.4): the branch must match a strict pattern; the
-target, resolved through symlinks (a relative one under the repositories' base), must lie inside
-that base by its path components (`~/projects-evil` is not inside `~/projects`); git runs
-without a shell, without the worker's secrets in its environment, never asks for a password,
-speaks only http(s) and ssh, and an existing checkout only fast-forwards.
+with `ok: false` when git fails). Unlike it (§9.4): the branch must be a plain branch name
+(`bloom.domain.branch`); the target, resolved through symlinks (a relative one under the
+repositories' base), must be a directory directly in that base (by path components:
+`~/projects-evil` is not in `~/projects`), its name not starting with `.`, with no checkout
+above it, and still so once cloned (else what was cloned is removed); git runs without a shell,
+without the worker's secrets in its environment, never asks for a password, speaks only
+http(s) and ssh, and an existing checkout only fast-forwards.
 """
 
 import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bloom.worker.claude import without_secrets
+from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
+from bloom.worker.claude_env import without_secrets
 
 PROJECT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 REPO_URL = re.compile(r"(?:https?://|ssh://|git@)[^\s\x00-\x1f\x7f]{1,1024}")
-BRANCH = re.compile(r"(?![-/.])(?!.*(?:\.\.|//))(?!.*(?:\.lock|/|\.)$)[A-Za-z0-9._/-]{1,255}")
-"""A branch or tag name git accepts; never an option (no leading `-`)."""
 FIELDS = frozenset({"repo_url", "project_name", "target_path", "branch"})
 CLONE_TIMEOUT_SEC = 300.0
 PULL_TIMEOUT_SEC = 120.0
@@ -32,8 +34,8 @@ GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": "http:https:ssh"}
 STDOUT_LINES, STDERR_LINES = 30, 10
 
 
-class CloneRefused(Exception):
-    """A request answered with an HTTP error `status` and `detail`."""
+class GitRefused(Exception):
+    """A clone or self-update request answered with an HTTP error `status` and `detail`."""
 
     def __init__(self, status: int, detail: str):
         super().__init__(detail)
@@ -52,31 +54,44 @@ class Checkout:
 
     @classmethod
     def from_json(cls, body: Any, base: Path) -> "Checkout":
-        """The request `{repo_url, project_name, target_path?, branch?}`; CloneRefused (400)."""
+        """The request `{repo_url, project_name, target_path?, branch?}`; GitRefused (400)."""
         if not isinstance(body, dict):
-            raise CloneRefused(400, "Expected a JSON object {repo_url, project_name, ...}")
+            raise GitRefused(400, "Expected a JSON object {repo_url, project_name, ...}")
         if unknown := sorted(set(body) - FIELDS):
-            raise CloneRefused(400, f"Unknown field: {unknown[0]}")
+            raise GitRefused(400, f"Unknown field: {unknown[0]}")
         name, url = body.get("project_name"), body.get("repo_url")
-        target, branch = body.get("target_path"), body.get("branch")
+        target = body.get("target_path")
         if not isinstance(name, str) or not PROJECT_NAME.fullmatch(name):
-            raise CloneRefused(400, "project_name: 1..128 letters, digits, '.', '_' or '-'")
+            raise GitRefused(400, "project_name: 1..128 letters, digits, '.', '_' or '-'")
         if not isinstance(url, str) or not REPO_URL.fullmatch(url):
-            raise CloneRefused(400, "repo_url must start with http://, https://, ssh:// or git@")
-        if branch is not None and (not isinstance(branch, str) or not BRANCH.fullmatch(branch)):
-            raise CloneRefused(400, "branch: not a branch or tag name")
+            raise GitRefused(400, "repo_url must start with http://, https://, ssh:// or git@")
+        branch = requested_branch(body.get("branch"))
         if target is not None and (not isinstance(target, str) or not target or "\0" in target):
-            raise CloneRefused(400, "target_path: a non-empty path")
-        return cls(url, name, inside(base, target or name), branch)
+            raise GitRefused(400, "target_path: a non-empty path")
+        return cls(url, name, target_in(base, target or name), branch)
 
 
-def inside(base: Path, target: str) -> Path:
+def requested_branch(value: object) -> str | None:
+    """A request's `branch`: none, or a plain branch name; GitRefused (400) otherwise."""
+    if value is None or (isinstance(value, str) and is_plain_branch(value)):
+        return value
+    raise GitRefused(400, f"branch: not {PLAIN_BRANCH}")
+
+
+def target_in(base: Path, target: str) -> Path:
     """`target` (`~` expanded; a relative one under `base`) with its symlinks resolved; refused
-    (400) unless it lies strictly inside `base` (resolved too), by path components."""
+    (400) unless it is directly in `base` (resolved too, compared by path components), named
+    without a leading `.`, and no directory above it holds a `.git` (a checkout's work tree)."""
     root = base.expanduser().resolve()
     path = (root / Path(target).expanduser()).resolve()
     if root not in path.parents:
-        raise CloneRefused(400, f"Target path must be within {root}")
+        raise GitRefused(400, f"Target path must be within {root}")
+    if path.parent != root or path.name.startswith("."):
+        raise GitRefused(
+            400, f"Target path must be a directory directly in {root}, not starting with '.'"
+        )
+    if work_tree := next((up for up in path.parents if os.path.lexists(up / ".git")), None):
+        raise GitRefused(400, f"Target path {path} would be inside the git checkout {work_tree}")
     return path
 
 
@@ -118,11 +133,12 @@ async def command(argv: list[str], timeout_sec: float, cwd: Path | None = None) 
 
 async def check_out(checkout: Checkout) -> dict[str, Any]:
     """Clone the repository, or pull the checkout already there: the reference's answer.
-    CloneRefused: 409 (the target is something else), 504 (git timed out), 500 (no git)."""
+    GitRefused: 409 (the target is something else, or became something else while it was
+    cloned: `_confirm`), 504 (git timed out), 500 (no git)."""
     path = checkout.path
     pulling = path.exists()
     if pulling and not (path / ".git").exists():
-        raise CloneRefused(409, f"{path} exists and is not a git repository")
+        raise GitRefused(409, f"{path} exists and is not a git repository")
     if pulling:
         action, timeout, args = "pull", PULL_TIMEOUT_SEC, ["-C", str(path), "pull", "--ff-only"]
     else:
@@ -132,9 +148,11 @@ async def check_out(checkout: Checkout) -> dict[str, Any]:
     try:
         run = await git(args, timeout)
     except TimeoutError:
-        raise CloneRefused(504, f"git {action} timed out after {timeout:.0f} s") from None
+        raise GitRefused(504, f"git {action} timed out after {timeout:.0f} s") from None
     except OSError as exc:
-        raise CloneRefused(500, f"git could not be run: {exc}") from None
+        raise GitRefused(500, f"git could not be run: {exc}") from None
+    if not pulling:
+        _confirm(path)
     ok, rc = run.returncode == 0, run.returncode
     if pulling:
         detail = "Existing repo updated via git pull" if ok else f"Pull failed (rc={rc})"
@@ -149,6 +167,23 @@ async def check_out(checkout: Checkout) -> dict[str, Any]:
         "stderr": run.stderr,
         "detail": detail,
     }
+
+
+def _confirm(path: Path) -> None:
+    """After a clone, `path` holds nothing (git failed) or is still the target checked
+    (`target_in`), not a link; else the clone is refused (409) and what lies at `path` removed
+    (a link unlinked, never followed), unless a link above it leads elsewhere (not ours)."""
+    link = path.is_symlink()
+    with contextlib.suppress(GitRefused):
+        if not os.path.lexists(path) or (not link and target_in(path.parent, path.name) == path):
+            return
+    if link:
+        path.unlink()
+    elif path.resolve() == path:
+        shutil.rmtree(path)
+    else:
+        raise GitRefused(409, f"Target path {path} now leads to {path.resolve()}: refused")
+    raise GitRefused(409, f"Target path {path} changed during the clone: refused and removed")
 
 
 def _tail(output: bytes, lines: int) -> str:

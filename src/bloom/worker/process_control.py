@@ -4,9 +4,10 @@ and agent-uninstall:
 
 - restart: the worker drains (no new claims, running tasks finish within the drain time) and
   runs its own command line again in the same process (exec), whatever supervises it;
-- self-update: the checkout it runs from is fast-forwarded (`git pull --ff-only`) and its
-  environment synced from the lock (`uv sync --frozen --no-dev`), then it restarts; a failed
-  step is `ok: false` and nothing restarts;
+- self-update: the checkout it runs from is fast-forwarded (`git pull --ff-only`; a branch
+  named must be the one checked out, where the node was installed from, or one an admin allowed
+  in `BLOOM_WORKER_UPDATE_BRANCHES`) and its environment synced from the lock (`uv sync
+  --frozen --no-dev`), then it restarts; a failed step is `ok: false` and nothing restarts;
 - uninstall: the worker drains and exits 0, which its service does not restart (`Restart=
   on-failure`); disabling the service needs root, so the answer says how.
 """
@@ -14,12 +15,13 @@ and agent-uninstall:
 import os
 import shutil
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, NoReturn
 
 import bloom
 from bloom import __version__
-from bloom.worker.clone import BRANCH, GitRun, command
+from bloom.worker.clone import GitRefused, GitRun, command, requested_branch
 
 SERVICE = "bloom-worker"
 PULL_TIMEOUT_SEC = 45.0
@@ -48,15 +50,28 @@ def disable_hint() -> str:
     return f"systemctl disable {SERVICE}"
 
 
-async def self_update(checkout: Path, branch: str | None) -> dict[str, Any]:
-    """Fast-forward `checkout` (to `origin/<branch>` when given) and sync its environment; the
-    reference's answer `{ok, version, old_commit, new_commit, steps, detail}`."""
-    if branch is not None and not BRANCH.fullmatch(branch):
-        return {"ok": False, "steps": [], "detail": "branch: not a branch or tag name"}
+async def self_update(
+    checkout: Path, branch: str | None, allowed: Collection[str] = ()
+) -> dict[str, Any]:
+    """Fast-forward `checkout` (to `origin`'s branch `branch` when given: the one it has
+    checked out, or one of `allowed`) and sync its environment; the reference's answer `{ok,
+    version, old_commit, new_commit, steps, detail}`. GitRefused: 400 `branch` is not a plain
+    branch name, 403 it is not one this checkout follows."""
+    branch = requested_branch(branch)
     if not (checkout / ".git").exists():
         return {"ok": False, "steps": [], "detail": f"{checkout} is not a git checkout"}
+    if branch is not None:
+        installed = await _git_line(checkout, "symbolic-ref", "--quiet", "--short", "HEAD")
+        if branch != installed and branch not in allowed:
+            raise GitRefused(
+                403,
+                f"branch {branch!r} is not followed here: self-update follows the branch this "
+                f"worker was installed from ({installed or 'none: its checkout is detached'}) "
+                f"and those an admin lists in BLOOM_WORKER_UPDATE_BRANCHES "
+                f"({', '.join(allowed) or 'none'})",
+            )
     old = await _commit(checkout)
-    onto = ["origin", branch] if branch else []
+    onto = ["origin", f"refs/heads/{branch}"] if branch else []
     pull = ["git", "-C", str(checkout), "pull", "--ff-only", *onto]
     steps = [await _step("git pull", pull, PULL_TIMEOUT_SEC)]
     uv = _uv(checkout)
@@ -100,8 +115,13 @@ async def _step(name: str, argv: list[str], timeout_sec: float, cwd: Path | None
 
 
 async def _commit(checkout: Path) -> str | None:
+    return await _git_line(checkout, "rev-parse", "HEAD")
+
+
+async def _git_line(checkout: Path, *args: str) -> str | None:
+    """What `git <args>` prints in `checkout`; None when it fails."""
     try:
-        run = await command(["git", "-C", str(checkout), "rev-parse", "HEAD"], 10.0)
+        run = await command(["git", "-C", str(checkout), *args], 10.0)
     except (TimeoutError, OSError):
         return None
     return run.stdout.strip() or None if run.returncode == 0 else None
