@@ -205,7 +205,9 @@ async def test_the_https_redirect_is_off_by_default(runtime: httpx.AsyncClient) 
 
 
 async def test_the_https_redirect_behind_a_proxy(sqlite_url: str, tmp_path: Path) -> None:
-    settings = make_settings(sqlite_url, tmp_path, https_redirect=True, rate_limit_enabled=False)
+    settings = make_settings(
+        sqlite_url, tmp_path, https_redirect=True, allowed_hosts=("bloom.test", "bloom.example")
+    )
     async with serving(create_runtime(settings)) as http:
         plain = {"X-Forwarded-Proto": "http", "Host": "bloom.example:8443"}
         moved = await http.get(f"{API}/llm-tasks?status=queued", headers=plain)

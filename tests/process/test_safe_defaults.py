@@ -133,7 +133,7 @@ def test_the_body_limit_on_a_real_socket(sqlite_url: str, tmp_path: Path) -> Non
     process.start()
     try:
         big = b'{"context_id":"c","agent_slug":"a","prompt":"' + b"x" * 1_000_000 + b'"}'
-        path = b"POST /api/runtime/llm-tasks HTTP/1.1\r\nHost: t\r\n"
+        path = b"POST /api/runtime/llm-tasks HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         path += b"Content-Type: application/json\r\n"
         declared = path + f"Content-Length: {len(big)}\r\n\r\n".encode()
         answer = raw_post(process.port, declared, big)

@@ -15,6 +15,9 @@ from tests.support.postgres import PostgresCluster
 TEMPLATE_DB = "bloom_template"
 NO_MEMBRIDGE = f"http://127.0.0.1:{closed_port()}"
 """Nothing listens there: a test that wants Membridge starts one and says so."""
+IN_PROCESS_HOSTS = ("runtime", "membridge", "bloom.test", "test", "testserver")
+"""The Host names of the tests' in-process clients, served in open mode (which answers loopback
+names only, and these: `BLOOM_ALLOWED_HOSTS`)."""
 
 
 def fresh_postgres_url(cluster: PostgresCluster) -> str:
@@ -41,5 +44,6 @@ def make_settings(database_url: str, data_dir: Path, **overrides: object) -> Run
         "membridge_server_url": NO_MEMBRIDGE,
         "membridge_retries": 0,
         "rate_limit_enabled": False,  # tests of the limits turn them on
+        "allowed_hosts": IN_PROCESS_HOSTS,
     }
     return RuntimeSettings(**(values | overrides))  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ import httpx
 import psycopg
 
 from bloom.membridge.settings import MembridgeSettings
+from tests.support.databases import IN_PROCESS_HOSTS
 from tests.support.postgres import PostgresCluster
 from tests.support.process import ServerProcess
 
@@ -121,5 +122,6 @@ def membridge_settings(database_url: str, data_dir: Path, **overrides: object) -
         "dev": True,
         "access_log": False,
         "rate_limit_enabled": False,
+        "allowed_hosts": IN_PROCESS_HOSTS,
     }
     return MembridgeSettings(**(values | overrides))  # type: ignore[arg-type]

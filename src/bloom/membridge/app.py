@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from bloom.domain.clock import Clock, system_clock
 from bloom.membridge import API_VERSION
 from bloom.membridge.api import agents, fleet, jobs, metrics, projects, sync, system
-from bloom.membridge.auth import METRICS_PATH, PUBLIC_PATHS, AdminKeyMiddleware
+from bloom.membridge.auth import HEADER, METRICS_PATH, PUBLIC_PATHS, AdminKeyMiddleware
 from bloom.membridge.container import build_container
 from bloom.membridge.http import detail_body, install_error_handlers, invalid_query
 from bloom.membridge.openapi import document_membridge_errors
@@ -17,6 +17,7 @@ from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
+from bloom.web.origins import OriginPolicy
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
 
@@ -90,6 +91,11 @@ def create_app(
     install_http_guards(
         app,
         settings,
+        origins=OriginPolicy(
+            open_mode="in dev mode without an admin key" if settings.auth_disabled else None,
+            allowed_hosts=settings.allowed_hosts,
+            own_headers=(HEADER,),
+        ),
         too_large=b'{"detail":"Request body too large"}',
         not_found=b'{"detail":"Not Found"}',
         error_body=detail_body,

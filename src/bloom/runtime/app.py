@@ -23,11 +23,11 @@ from bloom.runtime.api import (
     usage,
     workers,
 )
-from bloom.runtime.auth import IdentityMiddleware
+from bloom.runtime.auth import KEY_HEADER, IdentityMiddleware
 from bloom.runtime.container import build_container
 from bloom.runtime.dashboard import actions, login, pages
 from bloom.runtime.http import error_body, install_error_handlers, invalid_query
-from bloom.runtime.login import LoginCodec
+from bloom.runtime.login import CSRF_HEADER, LoginCodec
 from bloom.runtime.loops import LoopRunner
 from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
@@ -36,6 +36,7 @@ from bloom.runtime.settings import RuntimeSettings
 from bloom.web.client_address import client_address
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
+from bloom.web.origins import OriginPolicy
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
 
@@ -118,6 +119,11 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
     install_http_guards(
         app,
         settings,
+        origins=OriginPolicy(
+            open_mode=None if settings.api_key_value else "without RUNTIME_API_KEY",
+            allowed_hosts=settings.allowed_hosts,
+            own_headers=(KEY_HEADER, CSRF_HEADER.encode(), b"hx-request"),
+        ),
         too_large=b'{"error":"Request body too large"}',
         not_found=b'{"error":"Not found"}',
         error_body=error_body,

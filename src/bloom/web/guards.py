@@ -14,6 +14,8 @@
   app's shape, inside the request-log middleware, so that it carries `X-Request-ID` too.
 - `HttpsRedirectMiddleware`: behind a TLS-terminating proxy, a request it marks
   `X-Forwarded-Proto: http` is sent to `https://<host><path>` with 301 (off unless enabled).
+- `OriginGuardMiddleware`: the server's `OriginPolicy` (`bloom.web.origins`): 421 for a Host
+  that open mode does not serve, 403 for a cross-site state change sent without a preflight.
 """
 
 import base64
@@ -29,6 +31,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bloom.domain.errors import Unavailable
+from bloom.web.origins import CROSS_SITE, OriginPolicy
 from bloom.web.settings import ServerSettings
 
 log = structlog.get_logger("bloom.http")
@@ -284,25 +287,47 @@ class HttpsRedirectMiddleware:
         await send({"type": "http.response.body", "body": b""})
 
 
+class OriginGuardMiddleware:
+    def __init__(self, app: ASGIApp, *, policy: OriginPolicy, error_body: ErrorBody):
+        self.app = app
+        self.policy = policy
+        self.error_body = error_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        misdirected = self.policy.misdirected(headers)
+        if misdirected is not None:
+            await _answer(send, 421, self.error_body(misdirected))
+        elif self.policy.cross_site_change(scope["method"], headers):
+            await _answer(send, 403, self.error_body(CROSS_SITE))
+        else:
+            await self.app(scope, receive, send)
+
+
 def install_http_guards(
     app: Starlette,
     settings: ServerSettings,
     *,
+    origins: OriginPolicy,
     too_large: bytes,
     not_found: bytes,
     bad_query: BadQuery,
     docs_paths: Collection[str],
     redirect_exempt: Collection[str],
-    error_body: ErrorBody | None = None,
+    error_body: ErrorBody,
 ) -> None:
     """Add the guards (call it before the request-log middleware, which stays outermost): the
-    redirect first, then the headers, then the body limit and the control characters, in front
-    of everything else; with `error_body` (the app's error shape), what the routes' handlers did
-    not answer is answered inside them. The bodies given are the app's own error answers."""
-    if error_body is not None:
-        app.add_middleware(UnexpectedErrorMiddleware, error_body=error_body)
+    redirect first, then the headers, then the Host and origin checks (`origins`), then the
+    body limit and the control characters, in front of everything else; what the routes'
+    handlers did not answer is answered inside them. The bodies given, and `error_body` (the
+    app's error shape), are the app's own error answers."""
+    app.add_middleware(UnexpectedErrorMiddleware, error_body=error_body)
     app.add_middleware(ControlCharacterMiddleware, not_found=not_found, bad_query=bad_query)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, answer=too_large)
+    app.add_middleware(OriginGuardMiddleware, policy=origins, error_body=error_body)
     app.add_middleware(SecurityHeadersMiddleware, docs_paths=docs_paths)
     if settings.https_redirect:
         app.add_middleware(HttpsRedirectMiddleware, exempt=redirect_exempt)

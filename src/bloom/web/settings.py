@@ -18,6 +18,7 @@ from pydantic_settings import (
 )
 
 from bloom.web.client_address import Network, parse_networks
+from bloom.web.origins import parse_host_names
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 RATE_LIMIT_STORAGES = ("memory", "redis", "rediss", "redis+unix")
@@ -97,8 +98,10 @@ class ServiceSettings(OwnNamesOnly):
         return parse_networks(value)
 
 
-class ServerSettings(ServiceSettings):
-    """What both HTTP servers (runtime and Membridge) read alike: request and exposure limits."""
+class ListenerSettings(ServiceSettings):
+    """What every process of ours that listens (the servers, a worker's agent surface) reads
+    alike: the body limit, whether it may listen beyond loopback without its key, the Host
+    names it answers without one, and whether its metrics are public."""
 
     max_body_bytes: int = Field(
         5 * 1024 * 1024,
@@ -110,17 +113,33 @@ class ServerSettings(ServiceSettings):
     insecure: bool = Field(
         False,
         validation_alias=bloom_env("INSECURE"),
-        description="Allow serving beyond loopback without an admin key (`--insecure`).",
+        description="Allow serving beyond loopback without a key (`--insecure`).",
     )
-    https_redirect: bool = Field(
-        False,
-        validation_alias=bloom_env("HTTPS_REDIRECT"),
-        description="301 to https:// for requests a proxy marks `X-Forwarded-Proto: http`.",
+    allowed_hosts: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=bloom_env("ALLOWED_HOSTS"),
+        description="Without a key, Host names (or addresses; JSON list or comma-separated) "
+        "served besides loopback; any other Host is refused (DNS rebinding).",
     )
     metrics_public: bool = Field(
         False,
         validation_alias=bloom_env("METRICS_PUBLIC"),
         description="Serve /metrics without credentials even when an API key is set.",
+    )
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_names(cls, value: object) -> tuple[str, ...]:
+        return parse_host_names(value)
+
+
+class ServerSettings(ListenerSettings):
+    """What both HTTP servers (runtime and Membridge) read alike: request and exposure limits."""
+
+    https_redirect: bool = Field(
+        False,
+        validation_alias=bloom_env("HTTPS_REDIRECT"),
+        description="301 to https:// for requests a proxy marks `X-Forwarded-Proto: http`.",
     )
 
 
