@@ -1,9 +1,15 @@
 """A task's live output on a real server: concurrent appends get consecutive seqs, followers see
-new events at once and the stream ends with the task."""
+new events at once and the stream ends with the task, and a caller follows only so many streams
+at once."""
 
 import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -122,3 +128,95 @@ async def test_follow_false_closes_on_a_live_task(server: httpx.AsyncClient) -> 
     assert events[-1].data == {"status": "leased"}
     missing = await server.get(f"{API}/llm-tasks/nope/events")
     assert (missing.status_code, missing.json()) == (404, {"error": "Task not found"})
+
+
+STREAMS = 3
+ADMIN_KEY = "stream-cap-admin-key-0123456789"
+
+
+def make_key(database_url: str, data_dir: Path, role: str) -> str:
+    """A key of `role` made with `bloom key create`, as an operator would."""
+    env = {**os.environ, "DATABASE_URL": database_url, "BLOOM_DATA_DIR": str(data_dir)}
+    made = subprocess.run(
+        [sys.executable, "-m", "bloom.cli.main", "key", "create", "--role", role],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return made.stdout.strip()
+
+
+async def test_a_caller_follows_at_most_its_streams_and_a_closed_one_frees_its_slot(
+    database_url: str, tmp_path: Path
+) -> None:
+    """With BLOOM_EVENT_STREAMS_PER_CALLER=3, a viewer's fourth stream is refused with 429 and
+    Retry-After while another caller's is served; a stream the viewer closes, or that ends with
+    its task, gives its slot back."""
+    runtime = RuntimeProcess(
+        database_url,
+        tmp_path,
+        RUNTIME_API_KEY=ADMIN_KEY,
+        BLOOM_EVENT_STREAMS_PER_CALLER=str(STREAMS),
+    )
+    runtime.start()
+    try:
+        viewer = make_key(database_url, tmp_path, "viewer")
+        timeout = httpx.Timeout(10, read=None)
+        async with (
+            httpx.AsyncClient(
+                base_url=runtime.url, headers={"X-Runtime-API-Key": ADMIN_KEY}, timeout=timeout
+            ) as admin,
+            httpx.AsyncClient(
+                base_url=runtime.url, headers={"X-Runtime-API-Key": viewer}, timeout=timeout
+            ) as reader,
+        ):
+            grant = await leased_task(admin)
+            task_id, lease_id = grant["task"]["id"], grant["lease"]["id"]
+            await post_events(admin, task_id, lease_id, texts(1))
+            url = f"{API}/llm-tasks/{task_id}/events"
+
+            async with contextlib.AsyncExitStack() as held:
+                streams = [
+                    await held.enter_async_context(reader.stream("GET", url))
+                    for _ in range(STREAMS)
+                ]
+                assert [live.status_code for live in streams] == [200] * STREAMS
+                # Each stream's reader is kept: a reader dropped would hang its stream up.
+                readers = [read_sse(live.aiter_lines()) for live in streams]
+                for reader_of in readers:
+                    assert (await asyncio.wait_for(anext(reader_of), 5)).id == "1"
+                refused = await reader.get(url)
+                assert refused.status_code == 429
+                assert refused.headers["retry-after"] == "5"
+                assert refused.json()["error"].startswith("Too many event streams open")
+                async with admin.stream("GET", url) as other:  # another caller: its own slots
+                    assert other.status_code == 200
+
+                await streams[0].aclose()  # the viewer hangs up: its slot comes back
+                deadline = time.monotonic() + 5
+                while (await reader.get(url, params={"follow": "false"})).status_code == 429:
+                    assert time.monotonic() < deadline, "the closed stream kept its slot"
+                    await asyncio.sleep(0.05)
+                replaced = await held.enter_async_context(reader.stream("GET", url))
+                assert replaced.status_code == 200
+                assert (await reader.get(url)).status_code == 429
+
+                done = success(lease_id=lease_id, worker_id="w1")
+                completed = await admin.post(f"{API}/llm-tasks/{task_id}/complete", json=done)
+                assert completed.status_code == 200
+                for reader_of in [*readers[1:], read_sse(replaced.aiter_lines())]:
+                    items = [item async for item in reader_of]  # each ends with the task
+                    assert items[-1].event == "end"
+
+                other_task = await leased_task(admin)  # the ended streams' slots are free
+                other_url = f"{API}/llm-tasks/{other_task['task']['id']}/events"
+                again = [
+                    await held.enter_async_context(reader.stream("GET", other_url))
+                    for _ in range(STREAMS)
+                ]
+                assert [live.status_code for live in again] == [200] * STREAMS
+    finally:
+        runtime.stop()
+    assert "Traceback" not in runtime.log()

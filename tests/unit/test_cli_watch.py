@@ -1,10 +1,12 @@
 """How a task is shown while it runs (`bloom task submit --wait`, `bloom task watch`), without a
-server: the rendering of progress and events, and following a runtime with no events stream."""
+server: the rendering of progress and events, and following a runtime with no events stream (or
+none more for this caller)."""
 
 import io
 import json
 
 import httpx
+import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -121,13 +123,15 @@ def test_task_body_leaves_unset_options_to_the_runtime():
     assert task_body("hi", budget=1)["policy"] == {"budget": 1.0}
 
 
-async def test_follow_polls_a_runtime_without_an_events_stream():
+@pytest.mark.parametrize("refusal", [404, 429])
+async def test_follow_polls_a_runtime_without_an_events_stream_or_one_more(refusal: int):
+    """A runtime without the stream (404), or refusing this caller one more (429): polled."""
     states = iter(["queued", "running", "completed"])
     current = {"status": "queued"}
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/events"):
-            return httpx.Response(404, json={"error": "Not found"})
+            return httpx.Response(refusal, headers={"Retry-After": "5"}, json={"error": "No"})
         if request.url.path == "/api/runtime/llm-tasks/t1":
             current["status"] = next(states, "completed")
             body = task_json(current["status"], worker_id="w1")

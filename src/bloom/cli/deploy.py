@@ -11,10 +11,11 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import typer
+from sqlalchemy import URL
 
 from bloom.cli.common import runtime_settings
 from bloom.cli.output import fail, say
-from bloom.db.database import DatabaseUrlError
+from bloom.db.database import DatabaseTarget, DatabaseUrlError, StorageKind
 from bloom.deploy.render import (
     CERT_DIR,
     DATA_DIR,
@@ -180,6 +181,18 @@ def _bloom_command(given: Path | None) -> Path:
     return Path(found).absolute()
 
 
+def without_password(target: DatabaseTarget) -> tuple[str, str]:
+    """A database as the backup scripts name it, and its password apart (they hand PostgreSQL's
+    to pg_dump and pg_restore in a password file, never on a command line): a PostgreSQL
+    target's libpq URI without the password, or a SQLite file and ""."""
+    if target.kind is not StorageKind.POSTGRESQL:
+        return target.dsn, ""
+    url = target.url.difference_update_query(["password"])
+    bare = URL.create("postgresql", url.username, None, url.host, url.port, url.database, url.query)
+    password = target.url.password or str(target.url.query.get("password") or "")
+    return bare.render_as_string(hide_password=False), password
+
+
 @app.command("settings", hidden=True)
 def show_settings() -> None:
     """Where the runtime's and Membridge's settings put their state, as shell assignments
@@ -190,11 +203,15 @@ def show_settings() -> None:
         membridge_target = database_target(membridge)
     except (SettingsError, DatabaseUrlError) as exc:
         fail(str(exc), 2)
+    runtime_db, runtime_password = without_password(target)
+    membridge_db, membridge_password = without_password(membridge_target)
     values = {
         "RUNTIME_DB_KIND": target.kind.value,
-        "RUNTIME_DB": target.dsn,
+        "RUNTIME_DB": runtime_db,
+        "RUNTIME_DB_PASSWORD": runtime_password,
         "MEMBRIDGE_DB_KIND": membridge_target.kind.value,
-        "MEMBRIDGE_DB": membridge_target.dsn,
+        "MEMBRIDGE_DB": membridge_db,
+        "MEMBRIDGE_DB_PASSWORD": membridge_password,
         "DATA_DIR": str(runtime.data_dir.resolve()),
         "MEMBRIDGE_DATA_DIR": str(membridge.data_dir.resolve()),
         "SECRET_KEY_FILE": ""

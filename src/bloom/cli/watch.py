@@ -186,7 +186,8 @@ async def follow(
 
 async def _render_events(client: "RuntimeClient", task_id: str, view: TaskView) -> bool:
     """Render the task's events until its `end`: True; False when the runtime has no events
-    stream (404/405 on it, for a task known to exist). Reconnects after a broken stream."""
+    stream (404/405 on it, for a task known to exist) or refuses this caller one more (429).
+    Reconnects after a broken stream."""
     from bloom.clients.runtime import RuntimeApiError, RuntimeUnreachable
 
     after, failures = 0, 0
@@ -199,7 +200,7 @@ async def _render_events(client: "RuntimeClient", task_id: str, view: TaskView) 
                     return True
                 view.event(event)
         except RuntimeApiError as exc:
-            if exc.status in (404, 405):
+            if exc.status in (404, 405, 429):
                 return False
             raise
         except RuntimeUnreachable:

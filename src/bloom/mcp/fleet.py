@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bloom.clients.runtime import RuntimeClient, RuntimeUnreachable, TaskEvent
+from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
 from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo
 from bloom.domain.budget import utc_minute
 from bloom.domain.states import TERMINAL, WorkerStatus
@@ -169,6 +169,10 @@ class Fleet:
                     return
         except RuntimeUnreachable:
             pass  # the stream broke: polling tells when the task has ended
+        except RuntimeApiError as exc:
+            if exc.status != 429:
+                raise
+            # this caller follows as many streams as the runtime allows: polling it is
         while time.monotonic() < deadline:
             if (await self.client.get_task(task_id)).status in TERMINAL:
                 return

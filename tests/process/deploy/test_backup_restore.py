@@ -7,7 +7,7 @@ the backup back, the servers start, and everything reads as before through `bloo
 
 The Membridge admin key saved with POST /api/runtime/config differs from the env file's, so
 the runtime reaches Membridge after the restore only if the secret key that encrypted it came
-back too."""
+back too. And PostgreSQL's password never reaches pg_dump's or pg_restore's command line."""
 
 import json
 import os
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from sqlalchemy import make_url
 
 from bloom.deploy.render import fill_env, runtime_env, worker_env
 from tests.process.deploy.conftest import host_for, private_file, write_script
@@ -197,3 +198,77 @@ def _check_everything_is_back(
         assert http.get("/stats", headers={"X-Runtime-API-Key": viewer_key}).status_code == 200
         audit = http.get("/audit", params={"limit": 1000}, headers=admin).json()
         assert len(audit) >= before["audit"]  # type: ignore[operator]
+
+
+SHIM = """#!/bin/sh
+# {name}, recorded: its argv, its environment and the password file it was given; then the real one.
+record="{records}/{name}"
+printf '%s\\n' "$@" >"$record.argv"
+env >"$record.env"
+if [ -n "${{PGPASSFILE:-}}" ]; then
+\tcp "$PGPASSFILE" "$record.pgpass"
+\tstat -c %a "$PGPASSFILE" >"$record.mode"
+\techo "$PGPASSFILE" >"$record.path"
+fi
+exec "{bindir}/{name}" "$@"
+"""
+
+
+def test_backup_and_restore_give_postgresql_its_password_off_the_command_line(
+    tmp_path: Path, postgres: PostgresCluster
+) -> None:
+    """pg_dump and pg_restore are named the database without its password, which reaches them in
+    a password file of their own (mode 0600, removed once they are done), in no argv and no
+    environment; the dump restores. (The test cluster trusts every local connection, so the
+    password file's line is checked as written: `:` and `\\` escaped.)"""
+    password = "pg-secret:with\\odd-chars-4711"
+    database = f"pw_{os.getpid()}"
+    with psycopg.connect(postgres.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    url = make_url(postgres.url(database)).set(password=password)
+    host = host_for(tmp_path)
+    env_file = Path(host.env_file)
+    private_file(
+        env_file,
+        fill_env(
+            runtime_env(host, ENV_MEMBRIDGE_KEY, API_KEY),
+            {"DATABASE_URL": url.render_as_string(hide_password=False)},
+        ),
+    )
+    records, shims = tmp_path / "records", tmp_path / "shims"
+    records.mkdir()
+    shims.mkdir()
+    for name in ("pg_dump", "pg_restore"):
+        shim = shims / name
+        shim.write_text(SHIM.format(name=name, records=records, bindir=postgres.bindir))
+        shim.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{shims}:{postgres.bindir}:{os.environ['PATH']}",
+        "BLOOM_ENV_FILE": str(env_file),
+        "BLOOM_USER": "root",
+    }
+    for name in ("DATABASE_URL", "BLOOM_DATABASE_URL", "PGPASSWORD", "PGPASSFILE"):
+        env.pop(name, None)
+    bloom("db", "upgrade", env=env)
+    backup_script = write_script(host, "backup/bloom-backup.sh", tmp_path / "sbin/bloom-backup")
+    restore_script = write_script(host, "backup/bloom-restore.sh", tmp_path / "sbin/bloom-restore")
+
+    backup_dir = Path(run(["sh", str(backup_script), str(tmp_path / "backups")], env).strip())
+    assert (backup_dir / "runtime.pgdump").stat().st_size > 0
+    with psycopg.connect(postgres.url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {database} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {database}")
+    run(["sh", str(restore_script), str(backup_dir)], env)
+    with psycopg.connect(postgres.url(database)) as conn:
+        assert conn.execute("SELECT count(*) FROM llm_tasks").fetchone() == (0,)
+
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    for name in ("pg_dump", "pg_restore"):
+        argv = (records / f"{name}.argv").read_text()
+        assert database in argv
+        assert "pg-secret" not in argv, argv
+        assert "pg-secret" not in (records / f"{name}.env").read_text()
+        assert (records / f"{name}.pgpass").read_text() == f"*:*:*:*:{escaped}\n"
+        assert (records / f"{name}.mode").read_text().strip() == "600"
+        assert not Path((records / f"{name}.path").read_text().strip()).exists()

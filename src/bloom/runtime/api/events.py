@@ -1,14 +1,15 @@
 """A task's live output: the worker posts events; anyone reads or follows them as Server-Sent
-Events."""
+Events (a few streams at a time per caller)."""
 
 import re
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Role
@@ -16,7 +17,7 @@ from bloom.domain.models import TaskEvent
 from bloom.runtime.api.deps import Caller, Events, Tasks, acting_worker
 from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
 from bloom.runtime.http import JSON, invalid
-from bloom.runtime.services.events import End, Keepalive, NewEvent
+from bloom.runtime.services.events import End, Keepalive, NewEvent, StreamSlot
 from bloom.web.head import is_head
 
 router = APIRouter(prefix="/api/runtime/llm-tasks", tags=["events"])
@@ -79,8 +80,24 @@ async def stream_events(
         raise Forbidden("A worker key reads the events of its own tasks only")
     if is_head(request.scope):  # the headers a GET would get, and no endless body to drop
         return Response(media_type="text/event-stream", headers=SSE_HEADERS)
+    slot = events.open_stream(caller.rate_key)  # 429 beyond the caller's streams
     stream = events.follow(task_id, after=start, follow=follow)
-    return StreamingResponse(_sse(stream), media_type="text/event-stream", headers=SSE_HEADERS)
+    return _Stream(slot, _sse(stream), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+class _Stream(StreamingResponse):
+    """A stream that gives its caller's slot back however it ends (finished, or the client
+    gone)."""
+
+    def __init__(self, slot: StreamSlot, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
 
 
 async def _sse(stream: AsyncIterator[TaskEvent | Keepalive | End]) -> AsyncIterator[bytes]:

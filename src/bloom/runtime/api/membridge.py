@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Body, Query, Response
 
-from bloom.runtime.api.deps import AppContainer
+from bloom.runtime.api.deps import AppContainer, Caller
 from bloom.runtime.http import JSON
 from bloom.runtime.services.membridge import Forwarded
 
@@ -28,8 +28,8 @@ def _segment(value: str) -> str:
 
 
 @router.post("/api/runtime/test-connection", summary="Check that Membridge answers (always 200)")
-async def test_connection(container: AppContainer) -> JSON:
-    return JSON(await container.membridge.test_connection())
+async def test_connection(container: AppContainer, caller: Caller) -> JSON:
+    return JSON(await container.membridge.test_connection(actor=caller.id))
 
 
 @router.get("/api/membridge/health", summary="Membridge's health (public)")

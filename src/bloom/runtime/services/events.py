@@ -4,23 +4,34 @@ Appends are fenced like heartbeats (the lease must be the task's current one, li
 caller's) and numbered by the server: seq 1, 2, 3… per task, in arrival order, without gaps,
 across all of the task's attempts. Following reads what is stored after a given seq, then waits
 for more until the task has ended and everything was read.
+
+Bounded: a task stores at most `max_bytes` of events (type and data, in UTF-8); what comes after
+is dropped, once, with one `truncated` event saying how much and the limit (its counts kept up
+to date), and the append still succeeds, so the run goes on. Each caller follows at most
+`streams_per_caller` streams at a time in this process, and events of ended tasks are deleted
+once older than the retention.
 """
 
 import re
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import structlog
 
 from bloom.domain.clock import Clock
-from bloom.domain.errors import NotFound, ServiceError
+from bloom.domain.errors import NotFound, ServiceError, Throttled
 from bloom.domain.models import TaskEvent
 from bloom.domain.states import TERMINAL, TaskStatus
 from bloom.runtime.services.fencing import live_lease
 from bloom.runtime.services.signals import EventSignal, QueueSignal, wait_for_any
 from bloom.runtime.storage.repositories import RuntimeDatabase
+from bloom.runtime.storage.repositories.events import Dropped
+
+log = structlog.get_logger(__name__)
 
 MAX_EVENTS = 500
 """Events per append."""
@@ -29,6 +40,14 @@ MAX_DATA_BYTES = 64 * 1024
 MAX_TYPE_CHARS = 64
 PAGE = 500
 """Events read per query while following."""
+TRUNCATED = "truncated"
+"""The type of the one event that says a task's later events were dropped."""
+MARKER_ROOM = 256
+"""Bytes of the limit kept for that event, so that everything stored stays within it."""
+PRUNE_BATCH = 5000
+PRUNE_BATCHES = 20
+"""Events deleted per transaction, and transactions per pass of the retention."""
+STREAM_RETRY_AFTER_SEC = 5
 # A NUL character, escaped (an odd number of backslashes before "u0000"): PostgreSQL's JSONB
 # refuses it, so no database is given one.
 _ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
@@ -66,6 +85,48 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a task's events may take: bytes stored per task, how long those of an ended task are
+    kept (0: for ever), streams followed at once per caller."""
+
+    max_bytes: int = 64 * 1024 * 1024
+    retention_ms: int = 30 * 86_400_000
+    streams_per_caller: int = 8
+
+
+class StreamSlot:
+    """One of a caller's event streams, held until `release` (idempotent)."""
+
+    def __init__(self, held: Counter[str], caller: str):
+        self._held = held
+        self._caller: str | None = caller
+
+    def release(self) -> None:
+        if self._caller is None:
+            return
+        self._held[self._caller] -= 1
+        if self._held[self._caller] <= 0:
+            del self._held[self._caller]
+        self._caller = None
+
+
+def fitting(sizes: Sequence[int], used: int, room: int) -> int:
+    """How many of the first events, of `sizes` bytes each, fit in `room` beside `used`."""
+    count = 0
+    for size in sizes:
+        used += size
+        if used > room:
+            break
+        count += 1
+    return count
+
+
+def marker(limit: int, dropped: Dropped) -> dict[str, int]:
+    """The `truncated` event's data: the limit, and what was dropped beyond it."""
+    return {"limit_bytes": limit, "dropped_events": dropped.events, "dropped_bytes": dropped.bytes}
+
+
+@dataclass(frozen=True, slots=True)
 class Keepalive:
     """Nothing happened for a while; the connection is still wanted."""
 
@@ -85,6 +146,7 @@ class EventService:
         queue: QueueSignal,
         clock: Clock,
         *,
+        bounds: Bounds = Bounds(),
         keepalive_sec: float = 15.0,
         recheck_sec: float = 2.0,
     ):
@@ -94,8 +156,10 @@ class EventService:
         self.signal = signal
         self.queue = queue
         self.clock = clock
+        self.bounds = bounds
         self.keepalive_sec = keepalive_sec
         self.recheck_sec = recheck_sec
+        self._streams: Counter[str] = Counter()
 
     async def append(
         self,
@@ -106,30 +170,78 @@ class EventService:
         events: Sequence[NewEvent],
     ) -> Appended:
         """Store `events` after the task's last one, in one transaction, if `lease_id` is the
-        task's live lease (and `worker_id`'s, when given). Returns the last seq."""
+        task's live lease (and `worker_id`'s, when given), as many as fit within the task's
+        bytes; the rest are dropped (the first time with a `truncated` event). Returns the last
+        seq and how many of `events` were stored."""
         if len(events) > MAX_EVENTS:
             raise EventDataError(f"at most {MAX_EVENTS} events per append")
         rows = [(event.type, serialise_data(event.data)) for event in events]
-        now = self.clock()
+        sizes = [len(kind.encode()) + len(data.encode()) for kind, data in rows]
+        limit, now = self.bounds.max_bytes, self.clock()
         async with self.db.write() as tx:
             # The task's row lock serialises appends to it (PostgreSQL; SQLite has one writer),
-            # and is taken first, so the fence below sees any ending that committed meanwhile.
+            # and is taken first, so the fence below sees any ending that committed meanwhile
+            # and the tally below stays true until this transaction commits its own counts.
             # A task not in flight is not locked: the fence refuses it.
             await tx.tasks.lock_in_flight(task_id)
             _, lease = await live_lease(tx, task_id, lease_id, worker_id, now)
-            last = await tx.events.last_seq(task_id)
-            if rows:
+            tally = await tx.events.tally(task_id)
+            if not rows:
+                return Appended(task_id, tally.last_seq, 0)
+            truncated = tally.marker_seq is not None
+            kept = 0 if truncated else fitting(sizes, tally.bytes, limit - MARKER_ROOM)
+            dropped = Dropped(len(rows) - kept, sum(sizes[kept:]))
+            stored, marker_seq = rows[:kept], None
+            if dropped.events and not truncated:
+                stored.append((TRUNCATED, orjson.dumps(marker(limit, dropped)).decode()))
+                marker_seq = tally.last_seq + len(stored)
+                log.warning("task_events_truncated", task_id=task_id, limit_bytes=limit)
+            if stored:
                 await tx.events.append(
                     task_id,
-                    last_seq=last,
+                    last_seq=tally.last_seq,
                     lease_id=lease.id,
                     worker_id=lease.worker_id,
-                    events=rows,
+                    events=stored,
                     now=now,
                 )
-        if rows:
+            total = await tx.events.count(
+                task_id, stored=sum(sizes[:kept]), dropped=dropped, marker_seq=marker_seq
+            )
+            if tally.marker_seq is not None:  # truncated before: its marker counts this too
+                await tx.events.rewrite(task_id, tally.marker_seq, marker(limit, total))
+        if stored:
             self.signal.changed(task_id)
-        return Appended(task_id, last + len(rows), len(rows))
+        return Appended(task_id, tally.last_seq + len(stored), kept)
+
+    async def prune(self) -> int:
+        """Delete the events of ended tasks older than the retention, a batch per transaction,
+        at most PRUNE_BATCHES of them; how many were deleted. Replicas may run it at once: each
+        batch deletes what is still there."""
+        if not self.bounds.retention_ms:
+            return 0
+        before, pruned = self.clock() - self.bounds.retention_ms, 0
+        for _ in range(PRUNE_BATCHES):
+            async with self.db.write() as tx:
+                deleted = await tx.events.prune(before, PRUNE_BATCH)
+            pruned += deleted
+            if deleted < PRUNE_BATCH:
+                break
+        if pruned:
+            log.info("task_events_pruned", count=pruned)
+        return pruned
+
+    def open_stream(self, caller: str) -> StreamSlot:
+        """A slot for one more stream of `caller`'s (release it when the stream ends); Throttled
+        (429) when the caller already follows `streams_per_caller` streams."""
+        if self._streams[caller] >= self.bounds.streams_per_caller:
+            raise Throttled(
+                f"Too many event streams open (at most {self.bounds.streams_per_caller} per "
+                "caller): close one, or try again later",
+                retry_after_sec=STREAM_RETRY_AFTER_SEC,
+            )
+        self._streams[caller] += 1
+        return StreamSlot(self._streams, caller)
 
     async def after(self, task_id: str, seq: int, limit: int = PAGE) -> list[TaskEvent]:
         """The task's events with a seq above `seq`, in order."""

@@ -32,8 +32,9 @@ class MembridgeService:
         self.config = config
         self.clock = clock
 
-    async def test_connection(self, actor: str = "admin") -> dict[str, Any]:
-        """The seed's test: one retry, always an answer, `connected` persisted for the config."""
+    async def test_connection(self, *, actor: str) -> dict[str, Any]:
+        """The seed's test: one retry, always an answer, `connected` persisted for the config; a
+        success audited as `actor`'s (the caller's id: an anonymous caller's is its address)."""
         try:
             response = await self.client.request("GET", "/health", retries=1)
             health = _json(response) if response.is_success else None

@@ -27,8 +27,8 @@ bloom=${BLOOM_BIN:-{{ bloom_bin }}}
 python=${BLOOM_PYTHON:-{{ bloom_python }}}
 
 # Where the settings put things, resolved by bloom itself (the env file's values, aliases, the
-# defaults): RUNTIME_DB_KIND, RUNTIME_DB, MEMBRIDGE_DB_KIND, MEMBRIDGE_DB, DATA_DIR,
-# SECRET_KEY_FILE, ARTIFACT_STORE, ARTIFACT_DIR, S3_*.
+# defaults): RUNTIME_DB_KIND, RUNTIME_DB (without its password), RUNTIME_DB_PASSWORD, the same
+# for MEMBRIDGE_DB, DATA_DIR, SECRET_KEY_FILE, ARTIFACT_STORE, ARTIFACT_DIR, S3_*.
 settings=$(BLOOM_ENV_FILE=$env_file "$bloom" deploy settings)
 eval "$settings"
 
@@ -36,10 +36,32 @@ umask 077
 out="$dest/bloom-$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$out/env"
 
+# PostgreSQL's password reaches pg_dump in a password file of its own (PGPASSFILE, mode 0600,
+# removed on exit), in the child's environment only: never on a command line, which `ps` shows.
+passfile=""
+trap 'rm -f "$passfile"' EXIT
+trap 'exit 1' HUP INT TERM
+with_password() { # password, command…
+	password=$1
+	shift
+	if [ -z "$password" ]; then
+		"$@"
+		return
+	fi
+	passfile=$(mktemp)
+	printf '*:*:*:*:%s\n' "$(printf '%s' "$password" | sed 's/[\\:]/\\&/g')" >"$passfile"
+	PGPASSFILE=$passfile "$@"
+	rm -f "$passfile"
+	passfile=""
+}
+
 # A database: PostgreSQL with pg_dump's custom format, SQLite with its online backup.
-dump() { # kind, url or file, name
+dump() { # kind, url or file, name, password
 	case "$1" in
-	postgresql) pg_dump --format=custom --no-owner --no-privileges --file="$out/$3.pgdump" "$2" ;;
+	postgresql)
+		with_password "$4" pg_dump --format=custom --no-owner --no-privileges \
+			--file="$out/$3.pgdump" "$2"
+		;;
 	sqlite)
 		if [ -f "$2" ]; then
 			"$python" -c 'import sqlite3, sys
@@ -62,8 +84,8 @@ rclone_s3() {
 		RCLONE_S3_SECRET_ACCESS_KEY="$S3_SECRET_KEY" rclone "$@"
 }
 
-dump "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime
-dump "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge
+dump "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime "$RUNTIME_DB_PASSWORD"
+dump "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge "$MEMBRIDGE_DB_PASSWORD"
 if [ -n "$SECRET_KEY_FILE" ] && [ -f "$SECRET_KEY_FILE" ]; then
 	cp -p "$SECRET_KEY_FILE" "$out/secret.key"
 fi

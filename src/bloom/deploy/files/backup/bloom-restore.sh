@@ -41,13 +41,32 @@ done
 settings=$(BLOOM_ENV_FILE=$env_file "$bloom" deploy settings)
 eval "$settings"
 
+# PostgreSQL's password reaches pg_restore in a password file of its own (PGPASSFILE, mode 0600,
+# removed on exit), in the child's environment only: never on a command line, which `ps` shows.
+passfile=""
+trap 'rm -f "$passfile"' EXIT
+trap 'exit 1' HUP INT TERM
+with_password() { # password, command…
+	password=$1
+	shift
+	if [ -z "$password" ]; then
+		"$@"
+		return
+	fi
+	passfile=$(mktemp)
+	printf '*:*:*:*:%s\n' "$(printf '%s' "$password" | sed 's/[\\:]/\\&/g')" >"$passfile"
+	PGPASSFILE=$passfile "$@"
+	rm -f "$passfile"
+	passfile=""
+}
+
 # 2. The databases.
-load() { # kind, url or file, name
+load() { # kind, url or file, name, password
 	case "$1" in
 	postgresql)
 		if [ -f "$backup/$3.pgdump" ]; then
-			pg_restore --no-owner --no-privileges --exit-on-error --single-transaction \
-				--dbname="$2" "$backup/$3.pgdump"
+			with_password "$4" pg_restore --no-owner --no-privileges --exit-on-error \
+				--single-transaction --dbname="$2" "$backup/$3.pgdump"
 			echo "restored the $3 database"
 		fi
 		;;
@@ -74,8 +93,8 @@ rclone_s3() {
 		RCLONE_S3_SECRET_ACCESS_KEY="$S3_SECRET_KEY" rclone "$@"
 }
 
-load "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime
-load "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge
+load "$RUNTIME_DB_KIND" "$RUNTIME_DB" runtime "$RUNTIME_DB_PASSWORD"
+load "$MEMBRIDGE_DB_KIND" "$MEMBRIDGE_DB" membridge "$MEMBRIDGE_DB_PASSWORD"
 
 # 3. The secret key (unless the env file sets BLOOM_SECRET_KEY).
 if [ -n "$SECRET_KEY_FILE" ] && [ -f "$backup/secret.key" ]; then
