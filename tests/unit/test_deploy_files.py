@@ -163,12 +163,21 @@ def test_render_fills_every_file_for_the_host(init: str) -> None:
     assert runtime_env["RUNTIME_API_KEY"] == "api-key-2"
     assert "RUNTIME_API_KEY" not in worker_env
     assert "DATABASE_URL" not in worker_env
+    # The runtime reads its file itself; the worker's is root's, read by the service manager.
     assert (outputs["/etc/bloom-runtime.env"].owner, outputs["/etc/bloom-worker.env"].owner) == (
         "bloom",
-        "bloom-worker",
+        "root",
     )
     assert outputs["/etc/bloom-runtime.env"].keep
     assert outputs["/etc/bloom-worker.env"].keep
+    worker = outputs[services[2]].text
+    if init == "systemd":
+        assert "\nEnvironmentFile=/etc/bloom-worker.env\n" in worker
+        assert "\nExecStart=/bin/sh -c 'if [ -r /etc/bloom-worker.env ]; then " in worker
+        assert "BLOOM_ENV_FILE" not in worker
+    else:
+        assert 'export_settings "$BLOOM_ENV_FILE" || return 1' in worker
+        assert "supervise_daemon_args" not in worker  # the worker reads no file itself
 
 
 def test_the_nginx_site_agrees_with_the_code() -> None:

@@ -11,7 +11,8 @@ from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
 from bloom.worker import conversations
 from bloom.worker.agent import Worker
-from bloom.worker.claude import Invocation, child_environment, known_agent
+from bloom.worker.claude import Invocation, known_agent
+from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.echo_model import Script, next_tool_call
 from bloom.worker.outcome import (

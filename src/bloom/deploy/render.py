@@ -89,7 +89,9 @@ class Output:
     text: str
     mode: int
     owner: str | None = None
-    """Who must own it (the env files: their service's user)."""
+    """Who must own it (the runtime's env file: its service's user; the worker's: root, whose
+    service manager hands the worker its settings: the worker's user, and Claude, cannot read
+    it)."""
     keep: bool = False
     """Never overwritten once present (the env files: they hold the host's secrets)."""
 
@@ -142,7 +144,7 @@ def render(host: Host, make_secret: Callable[[], str] = new_secret) -> list[Outp
         *_service_files(host),
         Output(P("/etc/logrotate.d/bloom"), render_file("logrotate/bloom", host), 0o644),
         Output(host.env_file, runtime_env(host, admin_key, make_secret()), 0o600, host.user, True),
-        Output(host.worker_env_file, worker_env(host, admin_key), 0o600, host.worker_account, True),
+        Output(host.worker_env_file, worker_env(host, admin_key), 0o600, "root", True),
     ]
     scripts = {
         "bloom-self-signed-cert": "tls/self-signed.sh",

@@ -18,21 +18,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bloom.worker.outcome import RunReport
 
-SECRET_PREFIXES = ("BLOOM_", "MEMBRIDGE_")
-SECRET_NAMES = frozenset({"RUNTIME_API_KEY", "DATABASE_URL", "MEMBRIDGE_ADMIN_KEY"})
 BUILTIN_AGENTS = frozenset({"claude", "Explore", "general-purpose", "Plan", "statusline-setup"})
 KILL_GRACE_SEC = 3.0
 STDERR_TAIL = 4000
 STREAM_LIMIT = 16 * 1024 * 1024  # one stream-json line can carry a whole file a tool read
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 
 EventSink = Callable[[str, Any], Awaitable[None]]
 """Receives each event of the run: ("claude", <stream-json object>) or ("stderr", {"line"})."""
@@ -45,6 +44,14 @@ def _die_with_parent() -> None:
     """In the child before exec: be killed when the worker dies, even by kill -9 (Linux)."""
     assert _LIBC is not None
     _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def undumpable() -> None:
+    """The worker, not dumpable (Linux): what it runs as its own user (the CLI, and whatever a
+    prompt has the CLI run) can then neither read its /proc/<pid>/environ or memory (the
+    worker's keys) nor ptrace it. A child is dumpable again once it execs."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_DUMPABLE, 0)
 
 
 @functools.cache
@@ -62,24 +69,6 @@ def death_signal_prefix() -> tuple[str, ...]:
     except (OSError, subprocess.TimeoutExpired):
         return ()
     return prefix if probe.returncode == 0 else ()
-
-
-def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
-    """The worker's environment without the runtime's and Membridge's secrets, for a child."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if not name.startswith(SECRET_PREFIXES) and name not in SECRET_NAMES
-    }
-
-
-def child_environment(environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
-    """The worker's environment without the runtime's and Membridge's secrets (Claude's own
-    credentials stay); the seed's `CLAUDE_PROJECT_ID` for a named agent slug."""
-    env = without_secrets(environ)
-    if agent_slug != "default":
-        env["CLAUDE_PROJECT_ID"] = agent_slug
-    return env
 
 
 def known_agent(slug: str, search_dirs: list[Path]) -> bool:

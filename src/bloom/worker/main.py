@@ -13,7 +13,7 @@ from bloom.domain.clock import system_clock
 from bloom.memory.settings import MemorySettings, load_memory_settings
 from bloom.web.settings import SettingsError
 from bloom.worker.agent import Worker
-from bloom.worker.claude import death_signal_prefix
+from bloom.worker.claude import death_signal_prefix, undumpable
 from bloom.worker.process_control import reexec
 from bloom.worker.settings import WorkerSettings
 
@@ -32,6 +32,7 @@ def run_worker(settings: WorkerSettings) -> int:
         )
         return 2
     settings = settings.model_copy(update={"claude_bin": binary})
+    undumpable()  # the CLI, run as this same user, cannot read the keys in our environment
     death_signal_prefix()  # found once, before the loop runs
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     code, restart = asyncio.run(_serve(settings))

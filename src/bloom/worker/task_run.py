@@ -23,7 +23,8 @@ from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreach
 from bloom.clients.wire import Grant, HeartbeatReply, HeartbeatRequest
 from bloom.domain.retry import ErrorCode
 from bloom.worker import metrics
-from bloom.worker.claude import ClaudeProcess, Invocation, child_environment, known_agent
+from bloom.worker.claude import ClaudeProcess, Invocation, known_agent
+from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
@@ -210,7 +211,7 @@ class TaskRun:
             binary=settings.claude_bin,
             prompt=build_prompt(task.prompt, context),
             cwd=workdir,
-            env=child_environment(self.environ, slug),
+            env=child_environment(self.environ, slug, settings.claude_env),
             timeout_sec=task.policy.timeout_sec,
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,

@@ -8,15 +8,16 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from subprocess import PIPE
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from bloom.cli.main import app
-from bloom.deploy.render import render_file
+from bloom.deploy.render import Host, render_file
 from tests.process.deploy.conftest import (
     BLOOM,
     DOMAIN,
@@ -29,6 +30,7 @@ from tests.support.nginx import Nginx, distro_conf, tool
 from tests.support.required import unavailable
 
 SERVICES = ("runtime", "membridge", "worker")
+NOBODY = 65534
 
 
 @pytest.fixture(scope="module")
@@ -203,12 +205,11 @@ def test_openrc_scripts_parse_and_check_before_starting(
     lines = openrc(script, env_file)
     user = "bloom-worker:bloom-worker" if service == "worker" else "bloom:bloom"
     command = {"runtime": "runtime serve", "membridge": "membridge serve", "worker": "worker run"}
+    # The servers read their file themselves; the worker's settings come in its environment.
+    reads = "" if service == "worker" else f"--env BLOOM_ENV_FILE={env_file}"
     assert lines[0] == "need net"
     assert lines[1].startswith("after firewall")
-    assert lines[3] == (
-        f"run {BLOOM} {command[service]} | {user} | "
-        f"supervise-daemon --env BLOOM_ENV_FILE={env_file}"
-    )
+    assert lines[3] == f"run {BLOOM} {command[service]} | {user} | supervise-daemon {reads}"
     files, retry, respawn = lines[4].removeprefix("files ").split(" | ")
     assert files == (
         f"/run/bloom-{service}.pid /var/log/bloom-{service}.log /var/log/bloom-{service}-error.log"
@@ -216,12 +217,26 @@ def test_openrc_scripts_parse_and_check_before_starting(
     assert retry == ("TERM/660/KILL/5" if service == "worker" else "TERM/30/KILL/5")
     assert respawn == "5"
     data_dir = "/var/lib/bloom-worker" if service == "worker" else "/var/lib/bloom"
-    assert lines[5:] == [
+    started = [
         f"checkpath --directory --owner {user} --mode 0700 {data_dir}",
         f"checkpath --file --owner {user} --mode 0640 /var/log/bloom-{service}.log "
         f"/var/log/bloom-{service}-error.log",
         "start_pre 0",
     ]
+    if service == "worker":  # a file of root's only: the worker's user, and Claude, cannot read
+        owner = NOBODY if os.geteuid() == 0 else os.geteuid()
+        not_root = [
+            f"eerror {env_file} holds the worker's keys, so only root may read it (owner uid "
+            f"{owner}): chown root:root {env_file}",
+            "start_pre 1",
+        ]
+        if os.geteuid() == 0:
+            assert lines[5:] == started
+            os.chown(env_file, owner, owner)
+            lines = openrc(script, env_file)
+        assert lines[5:] == not_root
+    else:
+        assert lines[5:] == started
     env_file.chmod(0o644)
     refused = openrc(script, env_file)
     assert refused[5:] == [
@@ -232,6 +247,55 @@ def test_openrc_scripts_parse_and_check_before_starting(
     missing = openrc(script, tmp_path / "nope.env")
     assert missing[-1] == "start_pre 1"
     assert "does not exist" in missing[-2]
+
+
+EXPORTS = """
+eerror() { echo "eerror $*"; }
+. "$1"
+export_settings "$2" || exit 1
+env
+"""
+
+
+def test_the_openrc_worker_gets_its_settings_in_its_environment(
+    rendered: dict[str, Path], tmp_path: Path
+) -> None:
+    """The script reads the file as root and exports each setting, the value as written; a line
+    of another shape stops the start, named by its number, its text (a secret?) not shown."""
+    script = rendered["openrc"] / "etc/init.d/bloom-worker"
+    settings = {
+        "BLOOM_WORKER_API_KEY": "bloom_worker_k1",
+        "QUOTED": "two  words",
+        "SINGLE": "it's",
+        "JSON": '["--bare"]',
+        "EQUALS": "a=b",
+        "BACKSLASH": "a\\b",
+        "EMPTY": "",
+        "LAST": "no newline",
+    }
+    text = (
+        '# a comment\n\n  BLOOM_WORKER_API_KEY=bloom_worker_k1  \nQUOTED="two  words"\n'
+        "SINGLE='it's'\nJSON=[\"--bare\"]\nEQUALS=a=b\nBACKSLASH=a\\b\nEMPTY=\nLAST=no newline"
+    )
+    env_file = private_file(tmp_path / "bloom-worker.env", text)
+    exported = dict(line.split("=", 1) for line in exports(script, env_file).splitlines())
+    assert {name: exported.get(name) for name in settings} == settings
+    private_file(env_file, "GOOD=1\nsk-ant-pasted-alone\n")
+    assert exports(script, env_file) == f"eerror {env_file}:2: expected NAME=value\n"
+
+
+def exports(script: Path, env_file: Path) -> str:
+    shell = tool("dash") if os.path.exists("/usr/bin/dash") else "sh"
+    done = subprocess.run(
+        [shell, "-c", EXPORTS, "openrc-stub", str(script), str(env_file)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert done.stderr == "", done.stderr
+    return done.stdout
 
 
 def test_systemd_units_verify_and_are_hardened(rendered: dict[str, Path]) -> None:
@@ -257,6 +321,56 @@ def test_systemd_units_verify_and_are_hardened(rendered: dict[str, Path]) -> Non
     text = Path(units[2]).read_text()  # bloom-worker.service
     assert "KillMode=mixed" in text  # SIGTERM to the worker only: Claude's runs finish
     assert "TimeoutStopSec=660" in text
+    # systemd reads the worker's settings as root; the worker reads no file itself
+    assert "\nEnvironmentFile=/etc/bloom-worker.env\n" in text
+    assert "BLOOM_ENV_FILE" not in text
+
+
+def test_the_systemd_worker_does_not_start_when_its_user_can_read_its_settings() -> None:
+    """The unit's start, run as a user that is not root (the worker's, here nobody): a settings
+    file it can read (others may, or it is the user's own) is refused, exit status 2 (no
+    restart); one only root can read lets the worker start."""
+    with tempfile.TemporaryDirectory() as where:
+        os.chmod(where, 0o755)  # (the user reaches the file: its own mode decides)
+        check_the_workers_start(host_for(Path(where), bloom_bin=PurePosixPath("/bin/echo")))
+
+
+def check_the_workers_start(host: Host) -> None:
+    unit = render_file("systemd/bloom-worker.service", host)
+    (start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    shell = "ExecStart=/bin/sh -c '"
+    assert start.startswith(shell)
+    assert start.endswith("'")
+    command = start[len(shell) : -1]
+    as_user = (
+        [tool("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        if os.geteuid() == 0
+        else []
+    )
+    env_file = Path(host.worker_env_file)
+    env_file.write_text("BLOOM_WORKER_API_KEY=k\n")
+
+    def start_worker() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*as_user, "sh", "-c", command], capture_output=True, text=True, check=False
+        )
+
+    env_file.chmod(0o644)
+    refused = start_worker()
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"bloom: {env_file} holds the worker keys, but its user (and so Claude) can read it: "
+        f"chown root:root {env_file} && chmod 600 {env_file}\n"
+    )
+    if os.geteuid() == 0:
+        os.chown(env_file, NOBODY, NOBODY)
+        env_file.chmod(0o600)
+        assert start_worker().returncode == 2  # the user's own file
+        os.chown(env_file, 0, 0)
+    else:
+        env_file.chmod(0o000)  # as if root's: this user cannot read it
+    started = start_worker()
+    assert (started.returncode, started.stdout, started.stderr) == (0, "worker run\n", "")
 
 
 def test_nginx_accepts_the_site_alone_and_in_this_distributions_nginx_conf(

@@ -68,7 +68,9 @@ if ! id "$WORKER_USER" >/dev/null 2>&1; then
 fi
 install -d -o "$WORKER_USER" -g "$WORKER_USER" -m 0700 "$DATA_DIR"
 
-# The env file: mode 0600, the worker's. A previous one is kept as .old.
+# The env file: mode 0600, root's. systemd or the OpenRC script reads it as root and hands the
+# worker its settings: the worker's user, which Claude runs as, cannot read it. A previous one is
+# kept as .old.
 ADDRESS=$(hostname -I 2>/dev/null | cut -d ' ' -f 1)
 [ -n "$ADDRESS" ] || ADDRESS=$(hostname)
 if [ -n "$AGENT_KEY" ]; then
@@ -81,7 +83,7 @@ else
 # BLOOM_WORKER_AGENT_PORT=$AGENT_PORT"
 fi
 umask 077
-[ ! -e "$ENV_FILE" ] || mv "$ENV_FILE" "$ENV_FILE.old"
+[ ! -e "$ENV_FILE" ] || { mv "$ENV_FILE" "$ENV_FILE.old" && chown 0:0 "$ENV_FILE.old"; }
 cat >"$ENV_FILE.new" <<EOF
 # Written by the runtime's install script. Every setting: $PREFIX/deploy/bloom-worker.env.example
 BLOOM_RUNTIME_URL=$RUNTIME_URL
@@ -98,7 +100,7 @@ $AGENT_LINES
 BLOOM_LOG_FORMAT=json
 EOF
 chmod 600 "$ENV_FILE.new"
-chown "$WORKER_USER" "$ENV_FILE.new"
+chown 0:0 "$ENV_FILE.new"
 mv "$ENV_FILE.new" "$ENV_FILE"
 
 # The service, rendered by `bloom deploy render` for this host.
