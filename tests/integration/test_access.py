@@ -363,6 +363,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         ("GET", f"{API}/workers/{{worker_id}}"),  # its own: the install script's check
         ("POST", f"{API}/workers/{{worker_id}}/claim"),
         ("POST", f"{API}/workers/{{worker_id}}/complete"),
+        ("GET", f"{API}/workers/{{worker_id}}/leases/{{lease_id}}"),  # a dispatched lease
         ("POST", f"{API}/llm-tasks/{{task_id}}/heartbeat"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/complete"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"),

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.domain.fleet import node_agent_key
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.agent import Answer, StandInAgent
 from tests.support.api import API
@@ -101,10 +102,11 @@ async def test_update_restart_and_uninstall_are_audited(
     assert (gone["status"], gone["agent_version"]) == ("offline", "uninstalled")
     assert await actions(client) == ["agent_updated", "agent_restarted", "agent_uninstalled"]
     sent = [(path, headers["x-membridge-agent"], body) for path, headers, body in agent.other_calls]
+    own_key = node_agent_key(AGENT_KEY, "n1")  # the node's own, never the fleet's key
     assert sent == [
-        ("/self-update", AGENT_KEY, {"repo_url": "https://x/y"}),
-        ("/restart", AGENT_KEY, None),
-        ("/uninstall", AGENT_KEY, None),
+        ("/self-update", own_key, {"repo_url": "https://x/y"}),
+        ("/restart", own_key, None),
+        ("/uninstall", own_key, None),
     ]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.domain.fleet import node_agent_key
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.agent import Answer, StandInAgent
 from tests.support.api import API, success
@@ -75,7 +76,10 @@ async def test_an_agent_that_answers_at_once_gets_the_task_with_our_callback_add
     assert (sent["dispatched"], sent["task_id"], sent["worker_id"]) == (True, task_id, "n1")
     assert sent["execution"] == {"ok": True, "accepted": True}
     [(headers, body)] = agent.calls
-    assert headers["x-membridge-agent"] == AGENT_KEY
+    # the node's own key, derived from the fleet's, which is never sent
+    assert headers["x-membridge-agent"] == node_agent_key(AGENT_KEY, "n1")
+    assert AGENT_KEY not in headers["x-membridge-agent"]
+    assert "grant" not in body  # a BLOOM worker fetches the lease by its id
     assert body["runtime_url"] == PUBLIC_URL  # configured, not the caller's Host
     assert (body["task_id"], body["prompt"], body["context_hints"]) == (task_id, "hello", ["h"])
     assert body["lease_id"] == sent["lease_id"]

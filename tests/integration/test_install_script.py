@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bloom.domain.fleet import node_agent_key
 from bloom.domain.identity import Role
 from bloom.runtime.app import create_app
 from bloom.runtime.settings import RuntimeSettings
@@ -101,7 +102,11 @@ async def test_hostile_values_answer_400_and_no_script(client: httpx.AsyncClient
 async def test_without_a_public_url_the_admin_is_told_to_set_one(
     database_url: str, tmp_path: Path
 ) -> None:
-    app = create_app(make_settings(database_url, tmp_path, install_repo_url=REPO_URL))
+    # a Host open mode serves (BLOOM_ALLOWED_HOSTS), yet never taken for the runtime's address
+    settings = make_settings(
+        database_url, tmp_path, install_repo_url=REPO_URL, allowed_hosts=("evil.example",)
+    )
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://evil.example") as http:
@@ -128,6 +133,7 @@ async def test_no_secret_unless_asked_and_the_env_file_is_private(
     assert "bloom key create --role worker --worker $NODE_ID" in text
     env_section = text[text.index("umask 077") : text.index('mv "$ENV_FILE.new" "$ENV_FILE"')]
     assert 'chmod 600 "$ENV_FILE.new"' in env_section
+    assert 'chown 0:0 "$ENV_FILE.new"' in env_section  # root's, not the worker user's
     credentials = client.app.state.container.credentials  # type: ignore[attr-defined]
     assert await credentials.keys() == []
     default = (await client.get(SCRIPT, headers=ADMIN)).text
@@ -141,7 +147,9 @@ async def test_with_key_embeds_a_working_worker_key_audited_without_it(
     found = re.search(r"^WORKER_KEY=(bloom_worker_[A-Za-z0-9_-]+)$", text, re.MULTILINE)
     assert found is not None
     key = {HEADER: found.group(1)}
-    assert "AGENT_KEY='agent'\"'\"'key\"$(reboot)`x`'\n" in text
+    # the node's own agent key, never the fleet's (which opens every node)
+    assert f"AGENT_KEY={node_agent_key(AGENT_KEY, 'n1')}\n" in text
+    assert AGENT_KEY not in text
     assert (await client.get(f"{API}/workers/n1", headers=key)).status_code == 404
     registered = await client.post(f"{API}/workers", json={"name": "n1"}, headers=key)
     assert registered.status_code == 201

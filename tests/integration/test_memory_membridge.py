@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from bloom.clients.runtime import RuntimeClient
+from bloom.domain.fleet import node_agent_key
 from bloom.domain.ids import canonical_id
 from bloom.domain.memory import Keys, Lease
 from bloom.membridge.app import create_app
@@ -20,6 +21,7 @@ from bloom.worker.agent import Worker
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
+from tests.support.agent import runs_nothing
 from tests.support.membridge import membridge_settings
 from tests.support.memory import add_observations, count, make_db, node_settings
 from tests.support.net import closed_port, free_port
@@ -27,10 +29,7 @@ from tests.support.s3 import Bucket
 from tests.support.wire import grant
 
 CID = canonical_id("mem")
-
-
-async def no_start(_: object) -> bool:
-    return False
+FLEET_KEY = "fleet-agent-key-0123456789"
 
 
 @pytest.fixture
@@ -39,7 +38,7 @@ async def membridge(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """Membridge in-process on each kind of database, with the memory bucket configured."""
     store = s3_bucket.settings() | {"memory_bucket": s3_bucket.name}
-    settings = membridge_settings(membridge_db_url, tmp_path, **store)
+    settings = membridge_settings(membridge_db_url, tmp_path, agent_key=FLEET_KEY, **store)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -56,8 +55,9 @@ async def agents(
     async with AsyncExitStack() as stack:
         for name, memory in nodes.items():
             port = free_port()
-            worker = WorkerSettings(name=name, agent_port=port)
-            surface = AgentSurface(worker, no_start, list, memory)
+            own_key = node_agent_key(FLEET_KEY, name)  # Membridge sends each node its own
+            worker = WorkerSettings(name=name, agent_port=port, agent_key=own_key)
+            surface = AgentSurface(worker, runs_nothing, list, memory)
             await stack.enter_async_context(serving(surface))
             registered = await membridge.post(
                 "/agents", json={"name": name, "url": f"http://127.0.0.1:{port}"}
@@ -144,7 +144,10 @@ async def test_the_agent_reports_memory_status(
 ) -> None:
     make_db(agents("a").db, observations=2)
     a_url = next(x["url"] for x in (await membridge.get("/agents")).json() if x["name"] == "a")
-    async with httpx.AsyncClient(base_url=a_url) as http:
+    a_key = {"X-MEMBRIDGE-AGENT": node_agent_key(FLEET_KEY, "a")}
+    async with httpx.AsyncClient(base_url=a_url, headers=a_key) as http:
+        b_key = {"X-MEMBRIDGE-AGENT": node_agent_key(FLEET_KEY, "b")}
+        assert (await http.get("/status", headers=b_key)).status_code == 401  # b's opens no a
         status = (await http.get("/status", params={"project": "mem"})).json()
         assert status["memory"]["ok"] is True
         assert status["memory"]["local"]["observations"] == 2

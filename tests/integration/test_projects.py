@@ -13,13 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
+from bloom.domain.fleet import node_agent_key
 from bloom.domain.identity import Role
 from bloom.runtime.services.projects import PROPAGATE_AT_ONCE
 from bloom.runtime.settings import RuntimeSettings
 from bloom.worker.agent_http import AgentSurface, serving
 from bloom.worker.settings import WorkerSettings
 from tests.support.access import ADMIN_KEY, HEADER
-from tests.support.agent import Answer, StandInAgent
+from tests.support.agent import Answer, StandInAgent, runs_nothing
 from tests.support.api import API
 from tests.support.databases import make_settings
 from tests.support.git import GitServer
@@ -53,10 +54,6 @@ def stand_in() -> Iterator[StandInAgent]:
 
 agent = pytest.fixture(stand_in)
 other_agent = pytest.fixture(stand_in)
-
-
-async def nothing(_: object) -> bool:
-    return False
 
 
 async def node(api: httpx.AsyncClient, name: str, url: str | None) -> None:
@@ -165,7 +162,7 @@ async def test_a_clone_is_recorded_as_the_agent_answered(
     assert cloned.status_code == 200, cloned.text
     assert cloned.json() == {"status": "cloned", "node": "n1", "result": CLONED}
     [(path, headers, body)] = agent.other_calls
-    assert (path, headers["x-membridge-agent"]) == ("/clone", AGENT_KEY)
+    assert (path, headers["x-membridge-agent"]) == ("/clone", node_agent_key(AGENT_KEY, "n1"))
     assert body == {"repo_url": DEMO["repo_url"], "project_name": "demo",
                     "target_path": "~/projects/demo"}  # fmt: skip
     found = await detail(api, made["id"])
@@ -349,7 +346,7 @@ async def test_a_clone_onto_a_real_worker_with_real_git(
             name="n1", agent_port=free_port(), agent_key=AGENT_KEY, allow_clone=True,
             repos_base=base,
         )  # fmt: skip
-        async with serving(AgentSurface(worker, nothing, list)):
+        async with serving(AgentSurface(worker, runs_nothing, list)):
             await node(api, "n1", worker.advertised_agent_url)
             made = await project(api, repo_url=url, primary_node_id="n1")
             cloned = await api.post(f"{PROJECTS}/{made['id']}/clone")

@@ -119,6 +119,18 @@ def test_the_seed_verification_requests_through_the_proxy(
         assert ADMIN_KEY not in response.text
 
 
+def test_connection_test_is_audited_as_its_caller(
+    http: httpx.Client, runtime: RuntimeProcess
+) -> None:
+    """test-connection is public (the seed's), and its audit entry names who asked: an anonymous
+    caller by its address, never "admin"; the admin key as "admin"."""
+    anonymous = httpx.post(f"{runtime.url}{API}/test-connection", timeout=30)
+    assert anonymous.status_code == 200
+    assert anonymous.json()["connected"] is True
+    assert http.post(f"{API}/test-connection").json()["connected"] is True
+    assert sorted(e["actor"] for e in audit(http, "connection_test")) == ["127.0.0.1", "admin"]
+
+
 def test_connection_test_and_leadership_are_audited(http: httpx.Client) -> None:
     """test-connection answers connected with Membridge's health, and says so in the config and
     the audit; a primary chosen through the proxy is audited as leadership_promote."""
@@ -179,7 +191,8 @@ def test_membridge_agents_become_workers_and_go_offline_when_gone(
     eventually(lambda: workers(http)["direct-01"]["active_leases"] == 1, within=5)
     try:
         with membridge.client() as mb:
-            assert mb.post("/agents", json=DOCUMENTED_AGENT).status_code == 201
+            listed = DOCUMENTED_AGENT | {"url": "http://10.9.9.7:8001"}
+            assert mb.post("/agents", json=listed).status_code == 201
             registered = time.monotonic()
             synced = eventually(lambda: workers(http).get("worker-01"), within=SYNC_SEC * 4)
             assert time.monotonic() - registered < SYNC_SEC * 4
@@ -189,6 +202,15 @@ def test_membridge_agents_become_workers_and_go_offline_when_gone(
                 DOCUMENTED_AGENT["capabilities"],
             )
             assert [e["entity_id"] for e in audit(http, "worker_discovered")] == ["worker-01"]
+            # whoever holds Membridge's key lists any URL: the runtime only notes it, and
+            # calls it (with the node's key) once an admin approved it
+            assert (synced["url"], synced["pending_url"]) == ("", listed["url"])
+            assert [e["entity_id"] for e in audit(http, "worker_url_proposed")] == ["worker-01"]
+            assert http.post(f"{API}/workers/worker-01/agent-restart").status_code == 400
+            approved = http.post(f"{API}/workers/worker-01/approve-url", json={})
+            assert approved.status_code == 200, approved.text
+            assert (approved.json()["url"], approved.json()["pending_url"]) == (listed["url"], None)
+            assert [e["entity_id"] for e in audit(http, "worker_url_approved")] == ["worker-01"]
 
             task = http.post(
                 f"{API}/llm-tasks", json={"context_id": "c", "agent_slug": "a", "prompt": "p"}

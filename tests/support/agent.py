@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from bloom.worker.agent_http import Refusal
 from tests.support.threaded import ThreadedServer
 
 
@@ -60,3 +61,8 @@ class StandInAgent(ThreadedServer):
         finally:
             self.open_calls -= 1
         return JSONResponse(answer.body, status_code=answer.status)
+
+
+async def runs_nothing(_: str) -> Refusal:
+    """A worker's `start` for an agent surface under test that runs no task."""
+    return Refusal(503, "No free slot")

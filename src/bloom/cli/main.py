@@ -52,7 +52,9 @@ class BloomGroup(LazyGroup):
             "budget", "bloom.cli.budget:app", "Budgets per project: daily and monthly, in USD."
         ),
         LazyCommand(
-            "worker", "bloom.cli.worker:app", "Workers: run one here, or list the runtime's."
+            "worker",
+            "bloom.cli.worker:app",
+            "Workers: run one here, list the runtime's, approve their URLs, a node's agent key.",
         ),
         LazyCommand("artifact", "bloom.cli.artifact:app", ARTIFACT_HELP),
         # `bloom artifacts migrate` reads well

@@ -1,9 +1,11 @@
-"""`bloom worker …`: run a worker on this machine; list the runtime's workers."""
+"""`bloom worker …`: run a worker on this machine; list the runtime's workers, approve their agent
+URLs, print a node's agent key."""
 
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
+import structlog
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from bloom.worker.settings import WorkerSettings
 
 app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
+log = structlog.get_logger("bloom.worker")
+AGENT_INSECURE = "the agent surface has no agent key: anyone who can reach it may call it"
 
 
 def _name(value: str | None) -> str | None:
@@ -123,6 +127,14 @@ def run(
             "(env BLOOM_WORKER_ALLOW_PROCESS_CONTROL; no)",
         ),
     ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Serve the agent surface beyond loopback without an agent key (anyone may "
+            "call it) [env BLOOM_INSECURE]",
+        ),
+    ] = False,
 ) -> None:
     """Claim tasks from the runtime and run each with the Claude CLI, until SIGTERM or Ctrl-C
     (running tasks may finish: BLOOM_WORKER_DRAIN_TIMEOUT_SEC)."""
@@ -140,11 +152,19 @@ def run(
         claim=claim,
         allow_clone=allow_clone,
         allow_process_control=allow_process_control,
+        insecure=insecure or None,
     )
     from bloom.cli.logs import configure_logging
+    from bloom.web.settings import SettingsError
     from bloom.worker.main import run_worker  # only this command needs the worker's code
 
+    try:
+        settings.check_exposure()
+    except SettingsError as exc:
+        fail(str(exc), 2)
     configure_logging(settings.log_level, settings.log_format)
+    if settings.agent_open_to_network:
+        log.warning("agent_insecure", message=AGENT_INSECURE, host=settings.agent_host)
 
     raise typer.Exit(run_worker(settings))
 
@@ -164,9 +184,11 @@ def list_workers(
         return
     now = time.time_ns() // 1_000_000
     paused = any(worker.paused_until for worker in workers)
+    proposed = any(worker.pending_url for worker in workers)
     table = Table(box=None, header_style="bold", pad_edge=False)
     columns = ["id", "status", "active/max", "labels", "last heartbeat"]
-    for column in [*columns, *(["paused until"] if paused else [])]:
+    extra = [*(["paused until"] if paused else []), *(["URL to approve"] if proposed else [])]
+    for column in [*columns, *extra]:
         table.add_column(column, no_wrap=True)
     for worker in workers:
         row = [
@@ -179,5 +201,46 @@ def list_workers(
         if paused:
             until = worker.paused_until
             row.append(ago(until, now) if until and until > now else "-")
+        if proposed:
+            row.append(escape(worker.pending_url or "-"))
         table.add_row(*row)
     out().print(table)
+    if proposed:
+        err().print("a URL to approve: `bloom worker approve NAME` once you know it is the node's")
+
+
+@app.command("approve")
+def approve(
+    name: Annotated[str, typer.Argument(help="The worker whose proposed agent URL to approve")],
+    agent_url: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-url",
+            help="The URL you expect it to propose: refused if the proposal is another",
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+) -> None:
+    """Approve the agent URL a worker (with its worker key) or Membridge proposed: from then on
+    the runtime dispatches and sends agent operations there, with the node's own key."""
+    worker = call(url, lambda client: client.approve_worker_url(name, agent_url))
+    out().print(f"{escape(worker.id)}: agent URL {escape(worker.url)} approved")
+
+
+@app.command("agent-key")
+def agent_key(
+    name: Annotated[str, typer.Argument(help="The worker (node) the key is for")],
+) -> None:
+    """Print the agent key of one node, derived from the fleet's agent key in this environment
+    (MEMBRIDGE_AGENT_KEY, as the runtime reads it): set it as that node's MEMBRIDGE_AGENT_KEY
+    (BLOOM_AGENT_KEY). The fleet's key itself never leaves the servers."""
+    from bloom.cli.common import runtime_settings
+    from bloom.domain.fleet import node_agent_key
+
+    if not WORKER_ID.fullmatch(name):
+        fail(f"not a worker name: {name!r}", 2)
+    settings, _ = runtime_settings()
+    fleet_key = settings.agent_key.get_secret_value()
+    if not fleet_key:
+        fail("no fleet agent key here: set MEMBRIDGE_AGENT_KEY (as the runtime has it)", 2)
+    print(node_agent_key(fleet_key, name))

@@ -279,6 +279,12 @@ class RuntimeClient:
     async def list_workers(self) -> list[WorkerInfo]:
         return await self._parsed(_list_of(WorkerInfo.from_json), "GET", "/workers")
 
+    async def approve_worker_url(self, worker_id: str, url: str | None) -> WorkerInfo:
+        """The agent URL the worker proposed becomes the one the runtime calls (admins)."""
+        path = f"/workers/{quote(worker_id, safe='')}/approve-url"
+        body = {"url": url} if url is not None else {}
+        return await self._parsed(WorkerInfo.from_json, "POST", path, body=body)
+
     async def events(
         self, task_id: str, *, after: int = 0, follow: bool = True
     ) -> AsyncIterator[TaskEvent]:
@@ -319,6 +325,11 @@ class RuntimeClient:
         if response.status_code == 204:
             return None
         return _parse(response, Grant.from_json, f"POST {path}")
+
+    async def granted(self, worker_id: str, lease_id: str) -> Grant:
+        """The active lease `lease_id` this worker holds, with its task, as the runtime has it."""
+        path = f"/workers/{quote(worker_id, safe='')}/leases/{quote(lease_id, safe='')}"
+        return await self._parsed(Grant.from_json, "GET", path)
 
     async def heartbeat(self, task_id: str, request: HeartbeatRequest) -> HeartbeatReply:
         path = f"/llm-tasks/{task_id}/heartbeat"

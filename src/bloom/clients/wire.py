@@ -303,6 +303,9 @@ class WorkerInfo:
     active_leases: int = 0
     labels: tuple[str, ...] = ()
     paused_until: int | None = None
+    url: str = ""
+    pending_url: str | None = None
+    """An agent URL awaiting an admin's approval (`bloom worker approve`)."""
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -319,6 +322,8 @@ class WorkerInfo:
             active_leases=fields.optional_integer("active_leases") or 0,
             labels=fields.texts("labels") or inner.texts("labels"),
             paused_until=int(paused) or None,
+            url=fields.optional_text("url") or "",
+            pending_url=fields.optional_text("pending_url"),
             raw=fields.data,
         )
 

@@ -82,6 +82,9 @@ class Worker:
     membridge_seen_at: int | None = None
     paused_until: int | None = None
     """Epoch ms before which the worker takes no work (a usage limit's reset); it lapses."""
+    pending_url: str | None = None
+    """An agent URL proposed by the worker itself or by Membridge, awaiting an admin's approval
+    (the runtime calls only `url`, which only an admin sets)."""
 
     @property
     def max_concurrency(self) -> int:

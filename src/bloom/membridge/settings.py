@@ -64,7 +64,8 @@ class MembridgeSettings(ServerSettings, ObjectStoreSettings):
     agent_key: SecretStr = Field(
         SecretStr(""),
         validation_alias=_env("BLOOM_AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
-        description="Sent in X-MEMBRIDGE-AGENT to the agents asked to sync.",
+        description="The fleet's agent key, never sent: each node's agent is sent its own key, "
+        "derived from it and the node's id (X-MEMBRIDGE-AGENT; `bloom node key NAME`).",
     )
     agent_timeout_sec: float = Field(
         180.0,

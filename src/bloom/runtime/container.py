@@ -24,7 +24,7 @@ from bloom.runtime.services.budgets import BudgetService, HoldReleases
 from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService, PasswordHasher
 from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
-from bloom.runtime.services.events import EventService
+from bloom.runtime.services.events import Bounds, EventService
 from bloom.runtime.services.history import HistoryService
 from bloom.runtime.services.install_script import InstallScripts, InstallSettings
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
@@ -52,6 +52,8 @@ AUDIT_EXPORT_CHECK_SEC = 60.0
 """How often the exporter looks whether a full object is waiting (or its interval has passed)."""
 QUEUE_HISTORY_SEC = 60.0
 """How often the queue's depth is sampled for the dashboard's history (one sample a minute)."""
+EVENTS_PRUNE_SEC = 3600.0
+"""How often events older than the retention are deleted."""
 
 
 @dataclass
@@ -136,6 +138,14 @@ def audit_exporter(
         retention_ms=int(settings.audit_retention_days * 86_400_000),
     )
     return AuditExporter(db, bucket, clock, policy)
+
+
+def event_bounds(settings: RuntimeSettings) -> Bounds:
+    return Bounds(
+        max_bytes=settings.events_max_bytes,
+        retention_ms=int(settings.events_retention_days * 86_400_000),
+        streams_per_caller=settings.event_streams_per_caller,
+    )
 
 
 def login_policy(settings: RuntimeSettings) -> LoginPolicy:
@@ -227,7 +237,7 @@ def build_container(
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
-        events=EventService(db, event_signal, signal, clock),
+        events=EventService(db, event_signal, signal, clock, bounds=event_bounds(settings)),
         credentials=credentials,
         install_scripts=InstallScripts(
             db,
@@ -269,6 +279,9 @@ def build_container(
     )
     container.loops.append(
         PeriodicLoop("queue-history", container.history.sample, QUEUE_HISTORY_SEC)
+    )
+    container.loops.append(
+        PeriodicLoop("events-retention", container.events.prune, EVENTS_PRUNE_SEC)
     )
     if container.audit_export is not None:
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)

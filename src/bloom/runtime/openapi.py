@@ -61,6 +61,10 @@ ERRORS: Declared = {
     },
     ("DELETE", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},
+    ("POST", f"{WORKER}/approve-url"): {
+        "404": "No such worker",
+        "409": "No agent URL awaits approval, or another than the one named",
+    },
     ("POST", "/api/runtime/projects"): {"409": "A project of this name exists"},
     ("POST", f"{PROJECT}/clone"): {
         "400": "No node named and no primary, or the node's worker has no agent URL",
@@ -73,6 +77,14 @@ ERRORS: Declared = {
     },
     ("POST", "/api/runtime/workers/{worker_id}/claim"): {
         "409": "The worker does not run Claude CLI tasks",
+    },
+    (
+        "GET",
+        "/api/runtime/workers/{worker_id}/leases/{lease_id}",
+    ): {
+        "403": "A worker key names another worker than its own",
+        "404": "The worker holds no such lease",
+        "409": "The lease is no longer active, or no longer holds its task",
     },
     ("POST", "/api/runtime/workers/{worker_id}/complete"): {
         "403": "A worker key names another worker than its own",

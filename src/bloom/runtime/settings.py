@@ -60,7 +60,8 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     agent_key: SecretStr = Field(
         SecretStr(""),
         validation_alias=bloom_env("AGENT_KEY", "MEMBRIDGE_AGENT_KEY"),
-        description="Sent to node agents as X-MEMBRIDGE-AGENT (dispatch, agent management).",
+        description="The fleet's agent key, never sent: each node's agent is sent its own key, "
+        "derived from it and the node's id (X-MEMBRIDGE-AGENT; `bloom node key NAME`).",
     )
     install_repo_url: str | None = Field(
         None,
@@ -134,6 +135,27 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         60.0, ge=0, validation_alias=bloom_env("AUDIT_EXPORT_SETTLE_SEC")
     )
     audit_retention_days: float = Field(0, ge=0, validation_alias=bloom_env("AUDIT_RETENTION_DAYS"))
+
+    events_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=4096,
+        validation_alias=bloom_env("EVENTS_MAX_BYTES"),
+        description="A task's live output stored at most (types and data, UTF-8 bytes); later "
+        "events are dropped, with one `truncated` event saying so. The run goes on.",
+    )
+    events_retention_days: float = Field(
+        30,
+        ge=0,
+        validation_alias=bloom_env("EVENTS_RETENTION_DAYS"),
+        description="Events of ended tasks older than this are deleted (hourly); 0 keeps them.",
+    )
+    event_streams_per_caller: int = Field(
+        8,
+        ge=1,
+        validation_alias=bloom_env("EVENT_STREAMS_PER_CALLER"),
+        description="Event streams (GET …/events) one caller follows at once, per process; "
+        "beyond it 429 with Retry-After.",
+    )
 
     migrate_on_start: bool = Field(True, validation_alias=bloom_env("MIGRATE_ON_START"))
     db_pool_size: int = Field(10, ge=1, le=200, validation_alias=bloom_env("DB_POOL_SIZE"))

@@ -20,7 +20,7 @@ from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
 from bloom.worker import metrics
-from bloom.worker.agent_http import AgentSurface, serving
+from bloom.worker.agent_http import AgentSurface, Refusal, serving
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
@@ -66,6 +66,10 @@ class Worker:
         """Ids of the tasks running here (claimed or pushed)."""
         self.pushed: set[asyncio.Task[None]] = set()
         """Runs of tasks the runtime dispatched to this worker's agent surface."""
+        self.pushed_leases: set[str] = set()
+        """The leases of those runs."""
+        self.fetching: set[str] = set()
+        """Leases dispatched here whose task is being fetched from the runtime (slots taken)."""
 
     def registration(self, status: str = "online") -> dict[str, Any]:
         url = self.settings.advertised_agent_url
@@ -107,15 +111,38 @@ class Worker:
             log.info("agent_listening", url=self.settings.advertised_agent_url)
             await self._serve()
 
-    async def start_pushed(self, grant: Grant) -> bool:
-        """Run a task the runtime dispatched here, beside the claimed ones; False when every
-        slot is busy (the runtime then gives the task back)."""
-        if self.stopping.is_set() or len(self.running) >= self.settings.max_concurrency:
-            return False
+    async def start_pushed(self, lease_id: str) -> Grant | Refusal:
+        """Run a lease the runtime dispatched here, beside the claimed ones. The task comes from
+        the runtime, fetched by the lease id with this worker's own key: a request can only
+        point at a lease the runtime granted to this worker, never bring a prompt of its own.
+        A refusal when every slot is busy (the runtime then gives the task back), when the lease
+        already runs here, or when the runtime does not hold it active for this worker."""
+        busy = len(self.running) + len(self.fetching)
+        if self.stopping.is_set() or busy >= self.settings.max_concurrency:
+            return Refusal(503, "No free slot")
+        if lease_id in self.fetching or lease_id in self.pushed_leases:
+            return Refusal(409, f"Lease {lease_id} is running here already")
+        self.fetching.add(lease_id)
+        try:
+            grant = await self.client.granted(self.settings.name, lease_id)
+        except RuntimeApiError as exc:
+            status = exc.status if exc.status in (404, 409) else 502
+            return Refusal(status, f"The runtime refused lease {lease_id}: {exc.message}")
+        except RuntimeUnreachable as exc:
+            return Refusal(502, f"The runtime could not be asked for lease {lease_id}: {exc}")
+        finally:
+            self.fetching.discard(lease_id)
+        if grant.lease.id != lease_id or grant.lease.worker_id != self.settings.name:
+            return Refusal(409, f"The runtime answered another lease than {lease_id}")
+        if self.stopping.is_set() or grant.task.id in self.running:
+            return Refusal(409, f"Task {grant.task.id} is running here already")
+        self.running.add(grant.task.id)  # its slot is taken now, before the run starts
+        self.pushed_leases.add(lease_id)
         run = asyncio.create_task(self._run(grant))
         self.pushed.add(run)
         run.add_done_callback(self.pushed.discard)
-        return True
+        run.add_done_callback(lambda _: self.pushed_leases.discard(lease_id))
+        return grant
 
     async def _serve(self) -> None:
         await self._register()
@@ -134,10 +161,11 @@ class Worker:
         await self.stopping.wait()
         log.info("worker_draining", drain_timeout_sec=self.settings.drain_timeout_sec)
         running = [*slots, *self.pushed]
-        _, late = await asyncio.wait(running, timeout=self.settings.drain_timeout_sec)
-        for slot in late:  # tasks still running after the drain time: stop them
-            slot.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        if running:  # none with --no-claim and nothing dispatched (asyncio.wait refuses none)
+            _, late = await asyncio.wait(running, timeout=self.settings.drain_timeout_sec)
+            for slot in late:  # tasks still running after the drain time: stop them
+                slot.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
         for helper in helpers:
             helper.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)

@@ -2,9 +2,10 @@
 task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.md §4):
 
 - `GET /health` (public): version, host, OS, capabilities, whether the Claude CLI was found.
-- `POST /execute-task`: the runtime's dispatch. The body carries the lease it granted (`grant`),
-  so the task runs exactly as a claimed one does (heartbeats, live output, one fenced complete);
-  the answer comes at once (`{ok: true, accepted: true}`), the run goes on in the background.
+- `POST /execute-task`: the runtime's dispatch. The body names the lease it granted
+  (`lease_id`); the worker fetches that lease and its task from the runtime with its own key and
+  runs it exactly as a claimed one (heartbeats, live output, one fenced complete); the answer
+  comes at once (`{ok: true, accepted: true}`), the run goes on in the background.
 - `GET /status`: the tasks running here; with `?project=`, that project's memory too.
 - `GET /metrics`: Prometheus' text format (`worker/metrics.py`).
 - `POST /sync/pull`, `POST /sync/push` (`{project}`; also `/pull`, `/push`), `GET|POST /doctor`:
@@ -19,42 +20,67 @@ task to it (dispatch) as it does to the reference's agent (REFERENCE_BEHAVIOUR.m
   with `--allow-process-control` and an agent key; 403 otherwise, as the reference agent
   answers while process control is not enabled.
 
-With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGENT` (401).
+With an agent key configured every call but health needs it in `X-MEMBRIDGE-AGENT` (401); the
+worker refuses to serve beyond loopback without one (`WorkerSettings.check_exposure`). A body
+over `BLOOM_MAX_BODY_BYTES` is refused (413) as the servers refuse it (`web/guards.py`).
 """
 
 import asyncio
 import contextlib
 import hmac
+import json
 import os
 import platform
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bloom import __version__
 from bloom.clients.wire import Grant
-from bloom.domain.fleet import AGENT_KEY_HEADER
+from bloom.domain.fleet import AGENT_KEY_HEADER, node_agent_key
 from bloom.domain.ids import canonical_id
 from bloom.domain.memory import ExitCode, Report
 from bloom.memory.actions import Action, perform
 from bloom.memory.settings import MemorySettings
+from bloom.web.guards import TOO_LARGE, BodyLimitMiddleware, BodyTooLarge, OriginGuardMiddleware
+from bloom.web.origins import OriginPolicy
 from bloom.web.settings import SettingsError
 from bloom.worker import metrics, process_control
-from bloom.worker.clone import Checkout, CloneRefused, check_out
+from bloom.worker.clone import Checkout, GitRefused, check_out
 from bloom.worker.settings import WorkerSettings
 
 KEY_HEADER = AGENT_KEY_HEADER.lower()
+
+
+def _error_body(detail: str) -> bytes:
+    """The agent's refusals: the reference agent's shape, `{ok: false, detail}`."""
+    return json.dumps({"ok": False, "detail": detail}).encode()
+
+
+TOO_LARGE_BODY = _error_body(TOO_LARGE)
+LEASE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CLONE_DISABLED = (
     "Clone is disabled: start the worker with --allow-clone (BLOOM_WORKER_ALLOW_CLONE)."
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a dispatched lease does not run here: the status and detail the surface answers."""
+
+    status: int
+    detail: str
 
 
 class AgentSurface:
@@ -63,14 +89,14 @@ class AgentSurface:
     def __init__(
         self,
         settings: WorkerSettings,
-        start: Callable[[Grant], Awaitable[bool]],
+        start: Callable[[str], Awaitable[Grant | Refusal]],
         running: Callable[[], list[str]],
         memory: MemorySettings | None = None,
         stop: Callable[[bool], None] = lambda restart: None,
     ):
         self.settings = settings
         self.start = start
-        """Runs the grant in the background; False when no slot is free."""
+        """Runs a lease of this worker's, fetched by its id from the runtime, in the background."""
         self.running = running
         self.stop = stop
         """Drains the worker; with True it then starts again (exec)."""
@@ -97,12 +123,31 @@ class AgentSurface:
             Route("/self-update", self.self_update, methods=["POST"]),
             Route("/uninstall", self.uninstall, methods=["POST"]),
         ]
-        return Starlette(routes=routes)
+        limit = self.settings.max_body_bytes
+        keyless = not self.settings.agent_key.get_secret_value()
+        origins = OriginPolicy(
+            open_mode="without an agent key (BLOOM_AGENT_KEY)" if keyless else None,
+            allowed_hosts=self.settings.allowed_hosts,
+            own_headers=(KEY_HEADER.encode(),),
+        )
+        return Starlette(
+            routes=routes,
+            middleware=[
+                Middleware(OriginGuardMiddleware, policy=origins, error_body=_error_body),
+                Middleware(BodyLimitMiddleware, max_bytes=limit, answer=TOO_LARGE_BODY),
+            ],
+            exception_handlers={BodyTooLarge: _too_large},
+        )
 
     def _refused(self, request: Request) -> JSONResponse | None:
+        """401 unless the caller sent this node's agent key. A node still configured with the
+        fleet's key (as before keys were per node) takes its own key derived from it too."""
         key = self.settings.agent_key.get_secret_value()
-        given = request.headers.get(KEY_HEADER, "")
-        if key and not hmac.compare_digest(given.encode(), key.encode()):
+        if not key:
+            return None
+        given = request.headers.get(KEY_HEADER, "").encode()
+        own = node_agent_key(key, self.settings.name)
+        if not any(hmac.compare_digest(given, known.encode()) for known in (key, own)):
             return JSONResponse({"ok": False, "detail": "Unauthorized"}, status_code=401)
         return None
 
@@ -190,26 +235,25 @@ class AgentSurface:
         }
 
     async def execute(self, request: Request) -> JSONResponse:
+        """The runtime's dispatch names a lease (`lease_id`); the task is fetched from the
+        runtime by it. The prompt, context and policy the body carries (for the reference's
+        agent) are never read: a forged body runs nothing."""
         refused = self._refused(request)
         if refused is not None:
             return refused
         try:
             body: Any = await request.json()
-            grant = Grant.from_json(body["grant"], "grant")
-        except (ValueError, KeyError, TypeError) as exc:  # WireError is a ValueError
-            return JSONResponse(
-                {"ok": False, "detail": f"Not a BLOOM runtime's dispatch (no usable grant: {exc})"},
-                status_code=422,
-            )
-        if grant.lease.worker_id != self.settings.name:
-            detail = (
-                f"The lease is for worker {grant.lease.worker_id}, this is {self.settings.name}"
-            )
-            return JSONResponse({"ok": False, "detail": detail}, status_code=409)
-        if not await self.start(grant):
-            return JSONResponse({"ok": False, "detail": "No free slot"}, status_code=503)
+        except ValueError:
+            body = None
+        lease_id = body.get("lease_id") if isinstance(body, dict) else None
+        if not isinstance(lease_id, str) or not LEASE_ID.fullmatch(lease_id):
+            detail = "Not a BLOOM runtime's dispatch: name the lease granted to this worker"
+            return JSONResponse({"ok": False, "detail": detail}, status_code=422)
+        started = await self.start(lease_id)
+        if isinstance(started, Refusal):
+            return JSONResponse({"ok": False, "detail": started.detail}, status_code=started.status)
         return JSONResponse(
-            {"ok": True, "accepted": True, "task_id": grant.task.id, "detail": "Task accepted"}
+            {"ok": True, "accepted": True, "task_id": started.task.id, "detail": "Task accepted"}
         )
 
     async def clone(self, request: Request) -> JSONResponse:
@@ -224,16 +268,16 @@ class AgentSurface:
             try:
                 body = await request.json()
             except ValueError:
-                raise CloneRefused(400, "The body is not JSON") from None
+                raise GitRefused(400, "The body is not JSON") from None
             checkout = Checkout.from_json(body, self.settings.repos_base)
             if checkout.path in self.checkouts:
-                raise CloneRefused(409, f"A clone or pull of {checkout.path} is under way")
+                raise GitRefused(409, f"A clone or pull of {checkout.path} is under way")
             self.checkouts.add(checkout.path)
             try:
                 return JSONResponse(await check_out(checkout))
             finally:
                 self.checkouts.discard(checkout.path)
-        except CloneRefused as exc:
+        except GitRefused as exc:
             return JSONResponse({"ok": False, "detail": exc.detail}, status_code=exc.status)
 
     def _control_refused(self, request: Request) -> JSONResponse | None:
@@ -280,7 +324,12 @@ class AgentSurface:
         if checkout is None:
             detail = "This bloom does not run from a git checkout (set BLOOM_WORKER_CHECKOUT)"
             return JSONResponse({"ok": False, "steps": [], "detail": detail})
-        answer = await process_control.self_update(checkout.expanduser(), branch)
+        try:
+            answer = await process_control.self_update(
+                checkout.expanduser(), branch, self.settings.update_branches
+            )
+        except GitRefused as exc:
+            return JSONResponse({"ok": False, "detail": exc.detail}, status_code=exc.status)
         if answer["ok"]:
             self.stop(True)
         return JSONResponse(answer)
@@ -303,6 +352,11 @@ class AgentSurface:
         )
 
 
+async def _too_large(_: Request, __: Exception) -> Response:
+    """A body that grew past the limit while a route read it: the 413 the guard answers."""
+    return Response(TOO_LARGE_BODY, 413, media_type="application/json")
+
+
 class _Server(uvicorn.Server):
     """uvicorn inside the worker's own event loop: the worker keeps its signal handlers."""
 
@@ -313,9 +367,11 @@ class _Server(uvicorn.Server):
 
 @contextlib.asynccontextmanager
 async def serving(surface: AgentSurface) -> AsyncIterator[None]:
-    """Serve the surface on the configured host and port while the block runs."""
+    """Serve the surface on the configured host and port while the block runs (SettingsError:
+    beyond loopback without an agent key, unless insecure)."""
     settings = surface.settings
     assert settings.agent_port is not None
+    settings.check_exposure()
     config = uvicorn.Config(
         surface.app(),
         host=settings.agent_host,

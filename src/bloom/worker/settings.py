@@ -3,12 +3,16 @@
 import re
 import socket
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
+from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_ID
 from bloom.domain.models import MAX_CLAIM_WAIT_SEC
-from bloom.web.settings import ServiceSettings, load_settings
+from bloom.web.settings import ListenerSettings, SettingsError, is_loopback, load_settings
+from bloom.worker.claude_env import listed_patterns
 
 
 def _env(*names: str) -> AliasChoices:
@@ -21,8 +25,9 @@ def default_worker_name() -> str:
     return name[:128]
 
 
-class WorkerSettings(ServiceSettings):
-    """Everything `bloom worker run` reads from its environment (logging: the base's)."""
+class WorkerSettings(ListenerSettings):
+    """Everything `bloom worker run` reads from its environment (logging, and the agent
+    surface's body limit and exposure: the base's)."""
 
     name: str = Field(
         default_factory=default_worker_name,
@@ -75,6 +80,13 @@ class WorkerSettings(ServiceSettings):
         default_factory=list,
         validation_alias=_env("BLOOM_CLAUDE_ARGS"),
         description='Extra arguments for every run, as a JSON list, e.g. ["--bare"].',
+    )
+    claude_env: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("BLOOM_CLAUDE_ENV"),
+        description="More of the worker's environment for the Claude CLI, beyond the allow-list "
+        "(docs/worker.md): names, comma-separated, NAME_* for a prefix. Never the worker's own "
+        "secrets.",
     )
 
     lease_ttl_sec: int = Field(
@@ -141,11 +153,6 @@ class WorkerSettings(ServiceSettings):
         description="Serve the agent's /clone: the runtime's managed projects are cloned (or "
         "pulled) with git under the repositories' base. Only with an agent key (else 403).",
     )
-    metrics_public: bool = Field(
-        False,
-        validation_alias=_env("BLOOM_METRICS_PUBLIC"),
-        description="Serve the agent surface's /metrics without the agent key.",
-    )
     allow_process_control: bool = Field(
         False,
         validation_alias=_env("BLOOM_WORKER_ALLOW_PROCESS_CONTROL"),
@@ -157,6 +164,13 @@ class WorkerSettings(ServiceSettings):
         validation_alias=_env("BLOOM_WORKER_CHECKOUT"),
         description="The git checkout /self-update pulls and syncs (default: the one this bloom "
         "runs from, when it is a checkout).",
+    )
+    update_branches: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("BLOOM_WORKER_UPDATE_BRANCHES"),
+        description="Branches /self-update may be asked to follow besides the one the checkout "
+        'has checked out (where the node was installed from), as a JSON list, e.g. ["release"]; '
+        "a request naming any other is refused (403).",
     )
     repos_base: Path = Field(
         Path("~/projects"),
@@ -171,6 +185,18 @@ class WorkerSettings(ServiceSettings):
             raise ValueError(
                 "letters, digits and . _ : @ - only, at most 128, not starting with a sign"
             )
+        return value
+
+    @field_validator("claude_env", mode="before")
+    @classmethod
+    def _claude_env(cls, value: object) -> object:
+        return listed_patterns(value) if isinstance(value, str | list | tuple) else value
+
+    @field_validator("update_branches")
+    @classmethod
+    def _plain_branches(cls, value: list[str]) -> list[str]:
+        if bad := [name for name in value if not is_plain_branch(name)]:
+            raise ValueError(f"{bad[0]!r} is not {PLAIN_BRANCH}")
         return value
 
     @property
@@ -208,6 +234,26 @@ class WorkerSettings(ServiceSettings):
         if not self.agent_key.get_secret_value():
             return f"{what} needs an agent key (BLOOM_AGENT_KEY): it {does} on this machine."
         return None
+
+    @property
+    def agent_open_to_network(self) -> bool:
+        """The agent surface listens beyond loopback without an agent key: anyone may call it."""
+        return (
+            self.agent_port is not None
+            and not self.agent_key.get_secret_value()
+            and not is_loopback(self.agent_host)
+        )
+
+    def check_exposure(self) -> None:
+        """Refuse to serve the agent surface beyond loopback without an agent key, unless
+        `--insecure` (as the servers refuse to listen without theirs)."""
+        if self.agent_open_to_network and not self.insecure:
+            raise SettingsError(
+                f"refusing to serve the agent surface on {self.agent_host} without an agent "
+                "key: set BLOOM_AGENT_KEY (or MEMBRIDGE_AGENT_KEY), listen on 127.0.0.1 "
+                "(BLOOM_WORKER_AGENT_HOST), or pass --insecure (BLOOM_INSECURE=true) to serve "
+                "it to anyone who can reach it"
+            )
 
     @property
     def advertised_agent_url(self) -> str | None:

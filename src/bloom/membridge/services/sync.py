@@ -11,7 +11,7 @@ import httpx
 
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway, NotFound
-from bloom.domain.fleet import AGENT_KEY_HEADER
+from bloom.domain.fleet import agent_key_header
 from bloom.membridge.models import Agent, Job
 from bloom.membridge.storage.repositories import MembridgeDatabase
 
@@ -77,7 +77,7 @@ class SyncService:
 
     async def _ask(self, agent: Agent, action: str, project: str) -> dict[str, Any]:
         url = f"{agent.url.rstrip('/')}/sync/{action}"
-        headers = {AGENT_KEY_HEADER: self.key} if self.key else {}
+        headers = agent_key_header(self.key, agent.name)
         try:
             response = await self.http.post(url, json={"project": project}, headers=headers)
             response.raise_for_status()

@@ -56,6 +56,19 @@ async def claim(
     return JSON(_granted(claimed))
 
 
+@router.get(
+    "/api/runtime/workers/{worker_id}/leases/{lease_id}",
+    tags=["workers"],
+    response_model=ClaimReply,
+    summary="A lease the worker holds, with its task: what a dispatched node runs",
+)
+async def granted(worker_id: str, lease_id: str, leases: Leases, caller: Caller) -> JSON:
+    """A node told to run a lease (`POST /execute-task`) fetches it here with its own key, so
+    it runs only what the runtime granted, never what the request that told it carried."""
+    acting_worker(caller, worker_id)
+    return JSON(_granted(await leases.granted(worker_id, lease_id)))
+
+
 @router.post(
     TASKS + "/{task_id}/lease",
     tags=["leases"],

@@ -279,6 +279,15 @@ class AgentUpdateBody(Body):
     )
 
 
+class ApproveUrlBody(Body):
+    url: StrictStr | None = Field(
+        None,
+        max_length=2048,
+        description="The proposed URL being approved, as the admin saw it: refused (409) if the "
+        "proposal has changed meanwhile. Unset: whatever is proposed.",
+    )
+
+
 class ConfigBody(Body):
     membridge_server_url: HttpUrl
     admin_key: StrictStr = Field(

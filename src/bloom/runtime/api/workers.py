@@ -4,9 +4,11 @@ from dataclasses import fields
 
 from fastapi import APIRouter
 
+from bloom.domain.identity import Role
 from bloom.runtime.api.deps import AppContainer, Caller, Workers, acting_worker
 from bloom.runtime.api.schemas import (
     AgentUpdateBody,
+    ApproveUrlBody,
     RegisterWorkerBody,
     Removed,
     WorkerDetail,
@@ -49,9 +51,19 @@ async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Ca
             agent_version=body.agent_version,
             os_info=body.os_info,
             install_method=body.install_method,
-        )
+        ),
+        trusted=caller.role is Role.ADMIN,
     )
     return JSON(worker, status_code=201 if created else 200)
+
+
+@router.post(
+    "/{worker_id}/approve-url",
+    response_model=WorkerDetail,
+    summary="Approve the agent URL the worker (or Membridge) proposed: the runtime calls it",
+)
+async def approve_url(worker_id: str, workers: Workers, body: ApproveUrlBody | None = None) -> JSON:
+    return JSON(await workers.approve_url(worker_id, body.url if body else None))
 
 
 @router.get("/{worker_id}/agent-health", summary="Ask the worker's agent how it is (refreshes it)")

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from bloom.domain.errors import Forbidden, Invalid, NotFound, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
+from bloom.runtime.api.deps import Caller
 from bloom.runtime.api.project_schemas import CloneBody, CreateProjectBody
 from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
 from bloom.runtime.container import Container
@@ -186,6 +187,14 @@ async def remove_worker(request: Request, worker_id: str) -> Response:
     return _notice(f"Worker {worker_id} removed; its leases ended.")
 
 
+@router.post("/workers/{worker_id}/approve-url")
+async def approve_worker_url(request: Request, worker_id: str) -> Response:
+    """The agent URL shown (proposed by the worker or Membridge) becomes the one called."""
+    form = await _form(request)
+    worker = await _container(request).workers.approve_url(worker_id, form.get("url") or None)
+    return _notice(f"{worker.id}: agent URL {worker.url} approved.")
+
+
 @router.post("/workers/{worker_id}/agent/{action}")
 async def manage_agent(request: Request, worker_id: str, action: str) -> Response:
     """The reference UI's Health, Update, Restart and Uninstall of a node's agent."""
@@ -228,8 +237,8 @@ async def save_membridge(request: Request) -> Response:
 
 
 @router.post("/membridge/test")
-async def test_membridge(request: Request) -> Response:
-    tested = await _container(request).membridge.test_connection()
+async def test_membridge(request: Request, caller: Caller) -> Response:
+    tested = await _container(request).membridge.test_connection(actor=caller.id)
     if not tested.get("connected"):
         return _notice(f"Not connected: {tested.get('error') or 'no answer'}", kind="error")
     health = tested.get("health")

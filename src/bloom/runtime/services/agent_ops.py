@@ -3,8 +3,9 @@ reference runtime offers them (REFERENCE_BEHAVIOUR.md §1.6 "Agent management"),
 that answers `ok: false` has failed (the reference reported success), and only admins may ask.
 Other services call agents through `agent_of` and `ask` too (a project's clone).
 
-Health is asked without the agent key (it is public on the agent); the others send it as
-`X-MEMBRIDGE-AGENT`. A successful health check refreshes what the registry knows of the worker.
+Health is asked without the agent key (it is public on the agent); the others send the node's
+own key (derived from the fleet's agent key and the worker's id) as `X-MEMBRIDGE-AGENT`. A
+successful health check refreshes what the registry knows of the worker.
 """
 
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import orjson
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway, Invalid, NotFound
-from bloom.domain.fleet import AGENT_KEY_HEADER
+from bloom.domain.fleet import agent_key_header
 from bloom.domain.models import Worker
 from bloom.domain.states import WorkerStatus
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -105,7 +106,10 @@ class AgentOps:
                 call.method,
                 worker.url.rstrip("/") + call.path,
                 content=orjson.dumps(body) if body is not None else b"",
-                headers={"Content-Type": "application/json", AGENT_KEY_HEADER: self.agent_key},
+                headers={
+                    "Content-Type": "application/json",
+                    **agent_key_header(self.agent_key, worker.id),
+                },
                 timeout=call.timeout_sec,
             )
         except httpx.HTTPError as exc:

@@ -26,7 +26,7 @@ import structlog
 from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import BadGateway
-from bloom.domain.fleet import AGENT_KEY_HEADER
+from bloom.domain.fleet import agent_key_header
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, TaskStatus
 from bloom.runtime.services.agent_ops import said
@@ -45,6 +45,7 @@ EXTRA_RUN_SEC = 30
 class DispatchSettings:
     callback_url: str
     agent_key: str
+    """The fleet's agent key: each node is sent its own key, derived from it."""
     accept_sec: float
 
 
@@ -138,7 +139,7 @@ class Dispatcher:
 
     def _body(self, task: Task, lease: Lease, worker: Worker) -> dict[str, Any]:
         """The reference agent's `ExecuteTaskRequest` (which ignores the rest), and for a BLOOM
-        worker's agent the lease and task as a claim would give them."""
+        worker's agent the lease it fetches the task by (it trusts nothing else of the body)."""
         return {
             "task_id": task.id,
             "prompt": task.prompt,
@@ -150,7 +151,6 @@ class Dispatcher:
             "runtime_url": self.settings.callback_url,
             "lease_id": lease.id,
             "worker_id": worker.id,
-            "grant": {"lease": lease, "task": task},  # what a BLOOM worker's agent runs from
         }
 
     async def _call(
@@ -183,7 +183,7 @@ class Dispatcher:
                 content=orjson.dumps(self._body(task, lease, worker)),
                 headers={
                     "Content-Type": "application/json",
-                    AGENT_KEY_HEADER: self.settings.agent_key,
+                    **agent_key_header(self.settings.agent_key, worker.id),
                 },
                 timeout=httpx.Timeout(timeout_sec, connect=CONNECT_TIMEOUT_SEC),
             )

@@ -5,7 +5,7 @@ online at the runtime (`install_script.sh`, this module's template).
 Unlike the reference, every value placed in the script has passed a strict pattern (the route
 checks the query with the patterns below) and is shell-quoted besides; the runtime's URL is the
 configured public one, never the caller's Host header; and no secret is embedded unless asked
-for: `with_key` makes a worker key for the node (and embeds the runtime's agent key).
+for: `with_key` makes a worker key for the node (and embeds the node's own agent key).
 """
 
 import functools
@@ -18,7 +18,7 @@ import jinja2
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, Invalid
-from bloom.domain.fleet import WORKER_NAME
+from bloom.domain.fleet import WORKER_NAME, node_agent_key
 from bloom.domain.identity import Role
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -88,7 +88,9 @@ class InstallScripts:
             made = await self.credentials.create_key(
                 f"install {request.node_id}", Role.WORKER, request.node_id
             )
-            worker_key, agent_key = made.secret, self.settings.agent_key
+            worker_key = made.secret
+            fleet_key = self.settings.agent_key
+            agent_key = node_agent_key(fleet_key, request.node_id) if fleet_key else ""
             detail += f", with a new worker key ({made.key.id})"
         text = render(
             runtime_url=runtime_url.rstrip("/"),

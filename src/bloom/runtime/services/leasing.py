@@ -133,6 +133,21 @@ class LeaseService:
         self.signal.changed(Wake(0, frozenset({worker.id})))  # its waiting claim takes the lease
         return lease, replace(worker, active_leases=worker.active_leases + 1)
 
+    async def granted(self, worker_id: str, lease_id: str) -> Claimed:
+        """The active lease `lease_id` of `worker_id`, with its task as the runtime holds it: what
+        a node runs when the runtime dispatched to it. The node fetches it with its own
+        credential; nothing of the request that told it to run is trusted (docs/security.md)."""
+        async with self.db.read() as tx:
+            lease = await tx.leases.get(lease_id)
+            if lease is None or lease.worker_id != worker_id:
+                raise NotFound(f"Worker {worker_id} holds no lease {lease_id}")
+            if lease.status != LeaseStatus.ACTIVE:
+                raise Conflict(f"Lease {lease_id} is {lease.status}, not active")
+            task = await tx.tasks.get(lease.task_id)
+        if task is None or task.lease_id != lease.id:
+            raise Conflict(f"Lease {lease_id} no longer holds its task")
+        return Claimed(lease, task)
+
     async def _reserve_slot(
         self, tx: Repositories, task: Task, worker_id: str | None, now: int, *, need_url: bool
     ) -> Worker:

@@ -1,10 +1,11 @@
 """Workers discovered through Membridge: every sync mirrors its agent list into the registry.
 
-A worker known only through Membridge takes Membridge's word for its url, status and
-capabilities. A worker that has spoken to the runtime itself keeps its own word: the sync only
-notes that Membridge still lists it. Any online worker that nobody has heard of for the liveness
-window, neither through Membridge nor directly, goes offline (REFERENCE_BEHAVIOUR §9.1 items 8
-and 9 are the reference's failures here).
+A worker known only through Membridge takes Membridge's word for its status and capabilities;
+its agent URL is only proposed (`pending_url`) until an admin approves it, since whoever holds
+Membridge's admin key can list an agent at any address. A worker that has spoken to the runtime
+itself keeps its own word: the sync only notes that Membridge still lists it. Any online worker
+that nobody has heard of for the liveness window, neither through Membridge nor directly, goes
+offline (REFERENCE_BEHAVIOUR §9.1 items 8 and 9 are the reference's failures here).
 """
 
 from dataclasses import dataclass, field
@@ -15,8 +16,15 @@ import structlog
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
-from bloom.domain.fleet import Agent, Sighting, gone_quiet, parse_agent, parse_sighting
-from bloom.domain.models import Worker
+from bloom.domain.fleet import (
+    Agent,
+    Sighting,
+    gone_quiet,
+    parse_agent,
+    parse_sighting,
+    url_change,
+)
+from bloom.domain.models import AuditEntry, Worker
 from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
@@ -95,6 +103,7 @@ class WorkerSync:
             for sighting in recent:
                 if await tx.workers.heard_through_membridge(sighting.id, sighting.seen_at):
                     outcome.heard.append(sighting.id)
+            known = {worker.id: worker for worker in await tx.workers.find()}
             for agent in agents:
                 if await tx.workers.insert_new(_discovered(agent, now)):
                     outcome.discovered.append(agent.id)
@@ -109,8 +118,17 @@ class WorkerSync:
                             f"max_concurrency={agent.capabilities['max_concurrency']}",
                         )
                     )
-                else:
-                    await tx.workers.apply_agent(agent, now)
+                    if agent.url:
+                        await tx.audit.add(_proposed(agent.id, agent.url, "", now))
+                    continue
+                worker = known.get(agent.id)
+                proposal = None
+                if worker is not None and worker.source == "membridge":
+                    change = url_change(worker.url, worker.pending_url, agent.url, trusted=False)
+                    proposal = change.values.get("pending_url", worker.pending_url)
+                    if change.action is not None:
+                        await tx.audit.add(_proposed(agent.id, agent.url, worker.url, now))
+                await tx.workers.apply_agent(agent, proposal, now)
             cutoff = now - self.live_ms
             for worker in gone_quiet(await tx.workers.find(), {a.id for a in agents}, cutoff):
                 if await tx.workers.mark_quiet(worker.id, cutoff):
@@ -127,11 +145,24 @@ class WorkerSync:
         return outcome
 
 
+def _proposed(worker_id: str, url: str, was: str, now: int) -> AuditEntry:
+    return worker_audit(
+        AuditAction.WORKER_URL_PROPOSED,
+        worker_id,
+        now=now,
+        actor=ACTOR,
+        detail=f"Membridge lists agent URL {url} for worker {worker_id}; an admin approves it "
+        f"(bloom worker approve {worker_id}) (was: {was or 'none'})",
+    )
+
+
 def _discovered(agent: Agent, now: int) -> Worker:
+    """A worker Membridge lists and the runtime did not know: its URL only proposed."""
     return Worker(
         id=agent.id,
         node_id=agent.id,
-        url=agent.url,
+        url="",
+        pending_url=agent.url or None,
         status=agent.status,
         capabilities=agent.capabilities,
         last_heartbeat=agent.last_seen,

@@ -5,8 +5,9 @@ from typing import Any
 
 from bloom.domain.audit import AuditAction, worker_audit
 from bloom.domain.clock import Clock
-from bloom.domain.errors import NotFound
-from bloom.domain.models import DEFAULT_CAPABILITIES, Lease, Worker
+from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.fleet import url_change
+from bloom.domain.models import DEFAULT_CAPABILITIES, AuditEntry, Lease, Worker
 from bloom.domain.states import LeaseStatus, WorkerStatus
 from bloom.runtime.services.reaping import release_task_of_lost_lease
 from bloom.runtime.services.signals import QueueSignal, Wake
@@ -33,17 +34,20 @@ class WorkerService:
         self.signal = signal
         self.clock = clock
 
-    async def register(self, reg: Registration, actor: str = "api") -> tuple[Worker, bool]:
+    async def register(
+        self, reg: Registration, actor: str = "api", *, trusted: bool = True
+    ) -> tuple[Worker, bool]:
         """Create or update the worker named `reg.name`. Returns (worker, created).
 
         Unlike the seed, fields the request leaves out keep their stored values (re-registering
         without capabilities no longer resets them), and agent metadata is kept, not dropped.
+        The agent URL is set only by a `trusted` caller (an admin); any other caller's URL waits
+        in `pending_url` for an admin's approval (`url_change`), audited either way.
         """
         now = self.clock()
         given: dict[str, Any] = {
             key: value
             for key, value in {
-                "url": reg.url,
                 "capabilities": reg.capabilities,
                 "ip_addrs": reg.ip_addrs,
                 "agent_version": reg.agent_version,
@@ -53,6 +57,12 @@ class WorkerService:
             if value is not None
         }
         async with self.db.write() as tx:
+            stored = await tx.workers.lock(reg.name)
+            change = (
+                url_change(stored.url, stored.pending_url, reg.url, trusted=trusted)
+                if stored is not None
+                else url_change("", None, reg.url, trusted=trusted)
+            )
             fresh = Worker(
                 id=reg.name,
                 node_id=reg.name,
@@ -69,12 +79,15 @@ class WorkerService:
                 os_info="",
                 install_method="manual",
             )
-            fresh = replace(fresh, **given)
-            created = await tx.workers.insert_new(fresh)
+            fresh = replace(fresh, **(given | change.values))
+            created = stored is None and await tx.workers.insert_new(fresh)
             worker = fresh
             if not created:
                 updated = await tx.workers.update(
-                    reg.name, given | {"status": reg.status, "last_heartbeat": now, "source": "api"}
+                    reg.name,
+                    given
+                    | change.values
+                    | {"status": reg.status, "last_heartbeat": now, "source": "api"},
                 )
                 assert updated is not None, "the row exists: the insert just collided with it"
                 worker = updated
@@ -91,10 +104,33 @@ class WorkerService:
                     f"max_concurrency={worker.max_concurrency}",
                 )
             )
+            if change.action is not None:
+                was = stored.url if stored is not None else ""
+                await tx.audit.add(_url_audit(change.action, worker, was, now=now, actor=actor))
         # Its own claims look again (capacity or status may have changed), and one other: work
         # left to it (its contexts) may be anyone's now.
         self.signal.changed(Wake(1, frozenset({worker.id})))
         return worker, created
+
+    async def approve_url(self, worker_id: str, url: str | None, actor: str = "admin") -> Worker:
+        """The agent URL the worker (or Membridge) proposed becomes the one the runtime calls.
+        `url`, when given, must be the proposal (what the admin saw), else Conflict."""
+        now = self.clock()
+        async with self.db.write() as tx:
+            worker = await tx.workers.lock(worker_id)
+            if worker is None:
+                raise NotFound("Worker not found")
+            pending = worker.pending_url
+            if pending is None:
+                raise Conflict(f"Worker {worker_id} has no agent URL awaiting approval")
+            if url is not None and url != pending:
+                raise Conflict(f"Worker {worker_id} proposes {pending}, not {url}")
+            approved = await tx.workers.update(worker_id, {"url": pending, "pending_url": None})
+            assert approved is not None, "the row is locked"
+            await tx.audit.add(
+                _url_audit(AuditAction.WORKER_URL_APPROVED, approved, worker.url, now, actor)
+            )
+        return approved
 
     async def find(self) -> list[Worker]:
         """Every worker, with `active_leases` counted from live leases."""
@@ -135,3 +171,21 @@ class WorkerService:
                 )
             )
         self.signal.changed()
+
+
+def _url_audit(action: str, worker: Worker, was: str, now: int, actor: str) -> AuditEntry:
+    """An entry for a change of a worker's agent URL (set, proposed or approved)."""
+    shown = worker.pending_url if action == AuditAction.WORKER_URL_PROPOSED else worker.url
+    detail = {
+        AuditAction.WORKER_URL_SET: f"Agent URL of worker {worker.id} set to {shown or '(none)'}",
+        AuditAction.WORKER_URL_PROPOSED: f"Worker {worker.id} proposes agent URL {shown}; "
+        f"an admin approves it (bloom worker approve {worker.id})",
+        AuditAction.WORKER_URL_APPROVED: f"Agent URL {shown} of worker {worker.id} approved",
+    }[AuditAction(action)]
+    return worker_audit(
+        AuditAction(action),
+        worker.id,
+        now=now,
+        actor=actor,
+        detail=f"{detail} (was: {was or 'none'})",
+    )

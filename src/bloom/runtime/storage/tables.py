@@ -132,6 +132,9 @@ workers = Table(
     Column("membridge_seen_at", BigInteger),
     # ours: epoch ms before which the worker takes no work (a usage limit's reset time)
     Column("paused_until", BigInteger),
+    # ours: an agent URL the worker (with a worker key) or Membridge proposed, until an admin
+    # approves it; only `url`, which only an admin sets, is ever called
+    Column("pending_url", Text),
 )
 
 # ours: a task's live output, as its workers post it. `seq` counts 1, 2, 3… per task, assigned by
@@ -146,6 +149,21 @@ task_events = Table(
     Column("type", Text, nullable=False),
     Column("data", JSONType, nullable=False),
     Column("created_at", BigInteger, nullable=False),
+)
+# The retention's pruning walks old events in order of age.
+Index("ix_task_events_created_at", task_events.c.created_at)
+
+# ours: how much of its output a task has stored and dropped (BLOOM_EVENTS_MAX_BYTES): one row per
+# task with events, counted in the transaction of each append. `marker_seq` is the `truncated`
+# event's seq, once the task has one.
+task_event_totals = Table(
+    "task_event_totals",
+    metadata,
+    Column("task_id", String, primary_key=True),
+    Column("bytes", BigInteger, nullable=False, server_default="0"),
+    Column("dropped_events", BigInteger, nullable=False, server_default="0"),
+    Column("dropped_bytes", BigInteger, nullable=False, server_default="0"),
+    Column("marker_seq", Integer),
 )
 
 runtime_artifacts = Table(

@@ -63,13 +63,14 @@ _MARK_GONE = (
 )
 _FROM_MEMBRIDGE = is_state(w.c.source, "membridge")
 # Membridge's view of an agent: only for workers known through Membridge alone; a worker that
-# spoke to the runtime itself keeps its own word, and only the "listed at" time moves.
+# spoke to the runtime itself keeps its own word, and only the "listed at" time moves. Its URL is
+# never taken: it is only proposed (pending_url), and an admin approves it.
 _APPLY_AGENT = (
     update(w)
     .where(w.c.id == bindparam("b_id"))
     .values(
         membridge_seen_at=bindparam("b_now"),
-        url=case((_FROM_MEMBRIDGE, bindparam("b_url")), else_=w.c.url),
+        pending_url=case((_FROM_MEMBRIDGE, bindparam("b_pending_url")), else_=w.c.pending_url),
         status=case((_FROM_MEMBRIDGE, bindparam("b_status")), else_=w.c.status),
         capabilities=case(
             (_FROM_MEMBRIDGE, bindparam("b_capabilities", type_=JSONType)), else_=w.c.capabilities
@@ -170,12 +171,13 @@ class WorkerRepository(Repository):
         params = {"b_id": worker_id, "b_silent_since": silent_since}
         return bool(await self.run(_MARK_GONE, params))
 
-    async def apply_agent(self, agent: Agent, now: int) -> None:
-        """Record that Membridge lists `agent` now (see `_APPLY_AGENT` for what changes)."""
+    async def apply_agent(self, agent: Agent, pending_url: str | None, now: int) -> None:
+        """Record that Membridge lists `agent` now (see `_APPLY_AGENT` for what changes); its
+        URL only ever as `pending_url`, a proposal for an admin to approve."""
         params = {
             "b_id": agent.id,
             "b_now": now,
-            "b_url": agent.url,
+            "b_pending_url": pending_url,
             "b_status": agent.status,
             "b_capabilities": agent.capabilities,
             "b_ip_addrs": agent.ip_addrs,
