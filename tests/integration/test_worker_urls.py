@@ -145,3 +145,28 @@ def test_url_change(
 ) -> None:
     change = url_change(url, pending, proposed, trusted=trusted)
     assert (change.values, change.action) == (values, action)
+
+
+async def test_a_registration_is_audited_only_when_it_changes_something(
+    client: httpx.AsyncClient,
+) -> None:
+    """Presence (the worker registers again every 15 s) is not an audit event: only a change
+    of status, capabilities or version is, saying which."""
+    own = await key_for(client, Role.WORKER, "pi-3")
+    body: dict[str, object] = {"name": "pi-3", "capabilities": {"max_concurrency": 1}}
+    for _ in range(20):
+        assert (await client.post(f"{API}/workers", json=body, headers=own)).status_code < 300
+    await client.post(f"{API}/workers", json=body | {"agent_version": "2.0"}, headers=own)
+    await client.post(f"{API}/workers", json=body | {"capabilities": {"max_concurrency": 2}},
+                      headers=own)  # fmt: skip
+    await client.post(f"{API}/workers", json={"name": "pi-3", "status": "offline"}, headers=own)
+    entries = (
+        await client.get(f"{API}/audit", params={"entity_type": "worker"}, headers=ADMIN)
+    ).json()
+    said = [(entry["action"], entry["detail"]) for entry in reversed(entries)]
+    assert [action for action, _ in said] == ["worker_registered"] + ["worker_updated"] * 3
+    assert [detail.rsplit("(changed: ", 1)[-1] for _, detail in said[1:]] == [
+        "agent_version)",
+        "capabilities)",
+        "status)",
+    ]

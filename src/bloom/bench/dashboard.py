@@ -171,7 +171,7 @@ async def _time_pages(settings: RuntimeSettings, middle: Cursor, runs: int) -> l
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             values = {"task": middle.id, "cursor": middle.encode()}
 
             def get(path: str) -> Read:

@@ -215,19 +215,20 @@ def test_worker_registry(http: httpx.Client) -> None:
             "api",
             "Worker worker-01 registered, status=online, max_concurrency=1",
         ),
-        (
-            "worker_updated",
-            "worker",
-            "worker-01",
-            "api",
-            "Worker worker-01 registered, status=online, max_concurrency=1",
-        ),
+        # unlike the seed, registering again without a change is presence, not an audit event
         (
             "worker_registered",
             "worker",
             "node-2",
             "api",
             "Worker node-2 registered, status=online, max_concurrency=1",
+        ),
+        (
+            "worker_url_set",
+            "worker",
+            "node-2",
+            "api",
+            "Agent URL of worker node-2 set to http://10.0.0.7:8001 (was: none)",
         ),
         ("worker_removed", "worker", "worker-01", "admin", "Worker worker-01 unregistered"),
     ]

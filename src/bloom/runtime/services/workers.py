@@ -42,7 +42,8 @@ class WorkerService:
         Unlike the seed, fields the request leaves out keep their stored values (re-registering
         without capabilities no longer resets them), and agent metadata is kept, not dropped.
         The agent URL is set only by a `trusted` caller (an admin); any other caller's URL waits
-        in `pending_url` for an admin's approval (`url_change`), audited either way.
+        in `pending_url` for an admin's approval (`url_change`), audited either way. A
+        registration that changes nothing audited (`AUDITED_FIELDS`) writes no audit entry.
         """
         now = self.clock()
         given: dict[str, Any] = {
@@ -94,16 +95,19 @@ class WorkerService:
             worker = replace(
                 worker, active_leases=await tx.leases.count_active_for_worker(worker.id)
             )
-            await tx.audit.add(
-                worker_audit(
-                    AuditAction.WORKER_REGISTERED if created else AuditAction.WORKER_UPDATED,
-                    worker.id,
-                    now=now,
-                    actor=actor,
-                    detail=f"Worker {worker.id} registered, status={worker.status}, "
-                    f"max_concurrency={worker.max_concurrency}",
+            changed = _changed(stored, worker) if not created else []
+            if created or changed:
+                await tx.audit.add(
+                    worker_audit(
+                        AuditAction.WORKER_REGISTERED if created else AuditAction.WORKER_UPDATED,
+                        worker.id,
+                        now=now,
+                        actor=actor,
+                        detail=f"Worker {worker.id} registered, status={worker.status}, "
+                        f"max_concurrency={worker.max_concurrency}"
+                        + (f" (changed: {', '.join(changed)})" if changed else ""),
+                    )
                 )
-            )
             if change.action is not None:
                 was = stored.url if stored is not None else ""
                 await tx.audit.add(_url_audit(change.action, worker, was, now=now, actor=actor))
@@ -171,6 +175,18 @@ class WorkerService:
                 )
             )
         self.signal.changed()
+
+
+AUDITED_FIELDS = ("status", "capabilities", "agent_version")
+"""What a registration's audit entry is for; its URL has entries of its own, and the presence a
+registration also is (every 15 s) is not an audit event."""
+
+
+def _changed(stored: Worker | None, worker: Worker) -> list[str]:
+    """The audited fields a registration changed (all of them when nothing was stored)."""
+    if stored is None:
+        return list(AUDITED_FIELDS)
+    return [name for name in AUDITED_FIELDS if getattr(stored, name) != getattr(worker, name)]
 
 
 def _url_audit(action: str, worker: Worker, was: str, now: int, actor: str) -> AuditEntry:
