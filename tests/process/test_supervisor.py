@@ -287,9 +287,10 @@ def test_a_closed_output_pipe_stops_every_child_and_the_supervisor(tmp_path, the
         process.stdout.close()
         if then == "Ctrl-C":
             process.send_signal(signal.SIGINT)
-        else:  # uvicorn logs the request; refused when a line it wrote first already did it
+        else:  # the model logs the request (not a routine one); refused when a line it wrote
+            # first already did it
             with contextlib.suppress(httpx.ConnectError):
-                httpx.get(f"http://127.0.0.1:{ports[0]}/_requests")
+                httpx.get(f"http://127.0.0.1:{ports[0]}/not-a-model-path")
         assert process.wait(30) == 0
         wait_for(lambda: all(group_gone(pid) for pid in children.values()))
         assert not any(port_in_use(port) for port in ports)

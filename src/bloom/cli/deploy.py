@@ -25,6 +25,7 @@ from bloom.deploy.render import (
     Host,
     Init,
     Written,
+    hidden_from_services,
     http2_directive,
     parse_nginx_version,
     render,
@@ -130,6 +131,25 @@ def render_files(
     except OSError as exc:
         fail(f"cannot write under {out}: {exc.strerror or exc}", 1)
     _report(host, out, written)
+    if init == "systemd":
+        _warn_if_hidden(Path(host.bloom_bin))
+
+
+def _warn_if_hidden(command: Path) -> None:
+    """One line when the systemd units' sandbox hides the bloom command, or the Python it runs
+    on, from the services (a checkout under /home or /tmp, a Python under /root)."""
+    for path in (command, command.resolve(), command.with_name("python").resolve()):
+        hidden = hidden_from_services(PurePosixPath(path))
+        if hidden is not None:
+            where, setting = hidden
+            typer.secho(
+                f"bloom: warning: the services cannot run {path}: the units' {setting}=yes "
+                f"hides {where} from them; install bloom and its Python outside it, under "
+                "/opt/bloom as docs/deployment.md does, and render with that bloom",
+                err=True,
+                fg=typer.colors.YELLOW,
+            )
+            return
 
 
 def _report(host: Host, out: Path, written: list[Written]) -> None:

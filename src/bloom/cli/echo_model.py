@@ -5,7 +5,13 @@ from typing import Annotated
 
 import typer
 
+from bloom.cli.output import fail
+
 app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
+ROUTINE_REQUESTS = {
+    ("GET", "/_requests"): frozenset({200}),  # `bloom up`'s readiness probe
+    ("HEAD", "/api/hello"): frozenset({200}),  # the Claude CLI's, before each run
+}
 
 
 @app.command()
@@ -16,6 +22,17 @@ def serve(
     """Serve the echo model; point Claude at it with ANTHROPIC_BASE_URL=http://HOST:PORT."""
     import uvicorn
 
+    from bloom.cli.logs import configure_logging
+    from bloom.web.request_log import RequestLogMiddleware
+    from bloom.web.settings import ServiceSettings, SettingsError, load_settings
     from bloom.worker.echo_model import create_app
 
-    uvicorn.run(create_app(), host=host, port=port, timeout_graceful_shutdown=3)
+    try:
+        settings = load_settings(ServiceSettings)
+    except SettingsError as exc:
+        fail(str(exc), 2)
+    configure_logging(settings.log_level, settings.log_format)
+    served = RequestLogMiddleware(create_app(), server="model", routine=ROUTINE_REQUESTS)
+    uvicorn.run(
+        served, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=3
+    )

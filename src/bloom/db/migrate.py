@@ -5,6 +5,7 @@ Each `Schema` (the runtime's tables, `bloom.runtime.storage.schema`; Membridge's
 live in one database without stepping on each other.
 """
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, create_engine
 
 from bloom.db.database import DatabaseTarget
+
+# stdlib, not structlog: a server renders it in its format, a CLI command that migrates stays quiet
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +39,15 @@ class Schema:
 
     def upgrade(self, target: DatabaseTarget, revision: str = "head") -> None:
         """Bring the schema to `revision`. Safe to run from several processes at once on
-        PostgreSQL (an advisory lock serialises them); a no-op when already there."""
+        PostgreSQL (an advisory lock serialises them); a no-op when already there. Logs one
+        line: what it migrated, or that there was nothing to."""
+        before = self.current_revision(target)
         command.upgrade(self.alembic_config(target), revision)
+        after = self.current_revision(target)
+        if after == before:
+            log.info("schema at %s, nothing to migrate", after)
+        else:
+            log.info("schema migrated from %s to %s", before or "empty", after)
 
     def current_revision(self, target: DatabaseTarget) -> str | None:
         engine = create_engine(target.sync_url)

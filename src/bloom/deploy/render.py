@@ -47,6 +47,14 @@ CERT_DIR = P("/etc/ssl/bloom")
 ACME_ROOT = P("/var/www/acme")
 ENV_FILE = P("/etc/bloom-runtime.env")
 WORKER_ENV_FILE = P("/etc/bloom-worker.env")
+SANDBOX_HIDDEN = {
+    P("/home"): "ProtectHome",
+    P("/root"): "ProtectHome",
+    P("/run/user"): "ProtectHome",
+    P("/tmp"): "PrivateTmp",  # noqa: S108 (names the directory, makes no file)
+    P("/var/tmp"): "PrivateTmp",  # noqa: S108
+}
+"""What the systemd units' sandbox hides from the services, and the setting that hides it."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,12 @@ class Written:
     target: Path
     status: Literal["written", "kept", "same"]
     owner_set: bool = False
+
+
+def hidden_from_services(path: P) -> tuple[P, str] | None:
+    """The directory holding `path` that the systemd units hide from the services, with the
+    setting that hides it; None when the services see `path`."""
+    return next(((d, s) for d, s in SANDBOX_HIDDEN.items() if path.is_relative_to(d)), None)
 
 
 def template_values(host: Host) -> dict[str, Any]:

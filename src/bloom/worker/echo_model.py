@@ -3,7 +3,8 @@
 `bloom up --demo-model` points the worker's Claude CLI at it (`ANTHROPIC_BASE_URL`), so the whole
 pipeline can be seen working without an API key; the test suite uses it as the model, since the
 network is closed there. It speaks what the CLI needs: `POST /v1/messages`, streaming (SSE) or
-not, and `POST /v1/messages/count_tokens`. Every other path answers 404 in the API's error shape.
+not, `POST /v1/messages/count_tokens`, and `/api/hello` (the reachability check it makes before
+each run). Every other path answers 404 in the API's error shape.
 
 The answer is `echo: <last user text>`. A prompt may carry directives in double brackets, which
 the tests use to script the model's behaviour; they are harmless in a demo:
@@ -258,6 +259,9 @@ class EchoModel:
     async def seen(self, request: Request) -> Response:
         return JSONResponse(self.requests)
 
+    async def hello(self, request: Request) -> Response:
+        return JSONResponse({})
+
     async def not_found(self, request: Request) -> Response:
         return _error(404, "not_found_error", f"{request.url.path} is not served here")
 
@@ -268,6 +272,7 @@ def create_app(model: EchoModel | None = None) -> Starlette:
         routes=[
             Route("/v1/messages", model.messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
+            Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
             Route("/_requests", model.seen, methods=["GET"]),
             Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]),
         ]

@@ -144,6 +144,35 @@ def test_render_refuses_what_it_cannot_write_safely(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+def test_render_warns_when_the_units_sandbox_hides_the_checkout(tmp_path: Path) -> None:
+    """ProtectHome and PrivateTmp hide a checkout under /home or /tmp from the services: one
+    line says so and where to install; the files are written all the same."""
+    checkouts = {
+        "tmp": Path(tempfile.mkdtemp(dir="/tmp")) / "bloom",
+        "home": Path("/home/alice/bloom"),
+        "opt": Path("/opt/bloom"),
+    }
+    runs = [
+        bloom_args(
+            "deploy", "render", "--domain", DOMAIN, "--user", "bloom", "--systemd",
+            "--out", str(tmp_path / name), "--bloom", str(checkout / ".venv/bin/bloom"),
+        )
+        for name, checkout in checkouts.items()
+    ]  # fmt: skip
+    done = dict(zip(checkouts, run_all(runs), strict=True))
+    for name, hidden, setting in (("tmp", "/tmp", "PrivateTmp"), ("home", "/home", "ProtectHome")):
+        assert done[name].returncode == 0, done[name].stderr
+        warnings = [line for line in done[name].stderr.splitlines() if "warning" in line]
+        assert len(warnings) == 1, done[name].stderr
+        assert str(checkouts[name] / ".venv/bin/bloom") in warnings[0]
+        assert f"{setting}=yes hides {hidden}" in warnings[0]
+        assert "under /opt/bloom as docs/deployment.md does" in warnings[0]
+        assert (tmp_path / name / "etc/systemd/system/bloom-runtime.service").exists()
+    assert done["opt"].returncode == 0, done["opt"].stderr
+    assert "warning" not in done["opt"].stderr
+    checkouts["tmp"].parent.rmdir()
+
+
 def test_shellcheck_finds_nothing_in_the_scripts(rendered: dict[str, Path]) -> None:
     shellcheck = tool("shellcheck")
     scripts = [
