@@ -26,11 +26,14 @@ bytecode: install
 
 install: .venv/.synced ## Create .venv with the locked dependencies
 
+# `make run PORT=5100`: the runtime on 5100, Membridge and the model at their offsets from it.
+UP_PORT = $(if $(PORT),--port $(PORT))
+
 run: install ## Start BLOOM locally: `bloom up` (Membridge, runtime, a worker) under ./.bloom
-	$(RUN) bloom up
+	$(RUN) bloom up $(UP_PORT)
 
 demo: install ## The same with the echo model standing in for Claude's API: no key needed
-	$(RUN) bloom up --demo-model
+	$(RUN) bloom up --demo-model $(UP_PORT)
 
 # Two test processes (pytest-xdist), each file kept whole in one: most tests wait on servers,
 # not on the CPU. Each process starts its own PostgreSQL cluster and S3 server.

@@ -75,7 +75,16 @@ async def docs_page(
         path = "/docs"
     transport = httpx.ASGITransport(app=app)  # the page needs no storage: no lifespan
     async with httpx.AsyncClient(transport=transport, base_url="http://bloom.test") as http:
-        return await http.get(path)
+        page = await http.get(path)
+        for asset, media_type in (
+            ("swagger-ui-bundle.js", "text/javascript"),
+            ("swagger-ui.css", "text/css"),
+        ):
+            served = await http.get(f"{path}/{asset}")  # without a key, as the page is
+            assert served.status_code == 200, asset
+            assert served.headers["content-type"].startswith(media_type)
+            assert len(served.content) > 100_000
+        return page
 
 
 async def chunks(total: int, size: int = 1024) -> AsyncIterator[bytes]:
@@ -187,12 +196,17 @@ async def test_the_docs_page_may_load_swagger_ui_and_nothing_else(
     policy = page.headers["content-security-policy"]
     directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
     assert directives["default-src"] == "'none'"
-    # its bundle from the CDN, and its own inline bootstrap by hash (no 'unsafe-inline')
-    assert directives["script-src"] == f"https://cdn.jsdelivr.net {inline_script_hash(page.text)}"
-    assert directives["style-src"] == "https://cdn.jsdelivr.net 'unsafe-inline'"
+    # its bundle from the server itself, and its own inline bootstrap by hash (no 'unsafe-inline')
+    assert directives["script-src"] == f"'self' {inline_script_hash(page.text)}"
+    assert directives["style-src"] == "'self' 'unsafe-inline'"
+    assert directives["img-src"] == "'self' data:"
     assert directives["connect-src"] == "'self'"  # it fetches the OpenAPI document
     assert directives["frame-ancestors"] == "'none'"
-    assert 'src="https://cdn.jsdelivr.net/' in page.text
+    assert "http" not in policy  # no other origin at all
+    assert "http" not in page.text
+    docs = page.url.path
+    assert f'src="{docs}/swagger-ui-bundle.js"' in page.text
+    assert f'href="{docs}/swagger-ui.css"' in page.text
     assert page.headers["x-frame-options"] == "DENY"
 
 

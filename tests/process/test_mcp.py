@@ -239,3 +239,35 @@ def test_a_real_claude_session_queues_work_on_the_fleet(
     result = answer["result"]
     assert queued[0]["id"] in result
     assert "echo: from a claude session" in result  # the fleet's answer, in the session's
+
+
+def test_bloom_mcp_install_adds_a_server_the_real_claude_connects_to(
+    keyed: Stack, claude: Path, tmp_path: Path
+) -> None:
+    """From any directory, with no `bloom` on PATH: the command Claude keeps is absolute."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLOOM_", "RUNTIME_"))}
+    env |= {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "BLOOM_CLAUDE_BIN": str(claude)}
+    keyed_env = env | {"BLOOM_API_KEY": ADMIN_KEY}
+
+    def run(argv: list[str], with_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            argv, env=with_env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+        )
+
+    url = keyed.runtime.url
+    added = run([*BLOOM, "mcp", "install", "--scope", "user", "--url", url], keyed_env)
+    assert added.returncode == 0, added.stderr
+    assert f"-e BLOOM_RUNTIME_URL={url} -e 'BLOOM_API_KEY=***' -- {sys.executable}" in added.stderr
+    assert ADMIN_KEY not in added.stdout + added.stderr
+    server = json.loads((tmp_path / ".claude.json").read_text())["mcpServers"]["bloom"]
+    assert [server["command"], *server["args"]] == [*BLOOM, "mcp"]
+    assert server["env"] == {"BLOOM_RUNTIME_URL": url, "BLOOM_API_KEY": ADMIN_KEY}
+
+    listed = run([str(claude), "mcp", "list"], env)
+    assert listed.returncode == 0, listed.stderr
+    assert f"bloom: {sys.executable} -m bloom.cli.main mcp - ✔ Connected" in listed.stdout
+
+    shared = run([*BLOOM, "mcp", "install", "--scope", "project", "--url", url], keyed_env)
+    assert shared.returncode == 0, shared.stderr
+    project = json.loads((tmp_path / ".mcp.json").read_text())["mcpServers"]["bloom"]
+    assert project["env"]["BLOOM_API_KEY"] == "${BLOOM_API_KEY}"  # the shared file has no key

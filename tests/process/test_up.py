@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from bloom.cli.supervisor import port_in_use
-from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan
+from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan, port_problem
 from bloom.worker import claude_cli
 from bloom.worker.demo import DEMO_API_KEY
 from tests.process.test_s3_artifacts import bloom
@@ -124,8 +124,15 @@ class Up:
     """`bloom up` as a child process; its stdout and stderr collected by threads."""
 
     def __init__(self, tmp_path: Path, *args: str, **env: str):
+        """`--port P` among `args`: the other ports follow it, else each is given, free."""
         self.data_dir = tmp_path / "data"
         self.port, self.membridge_port, self.model_port = free_port(), free_port(), free_port()
+        ports = ["--port", str(self.port), "--membridge-port", str(self.membridge_port),
+                 "--model-port", str(self.model_port)]  # fmt: skip
+        if "--port" in args:
+            self.port = int(args[args.index("--port") + 1])
+            self.membridge_port, self.model_port = self.port + 3000, self.port + 3050
+            ports = []
         base = {
             k: v
             for k, v in os.environ.items()
@@ -134,8 +141,7 @@ class Up:
         }
         argv = [
             sys.executable, "-m", "bloom.cli.main", "up", *args,
-            "--port", str(self.port), "--membridge-port", str(self.membridge_port),
-            "--model-port", str(self.model_port),
+            *ports,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             argv,
@@ -370,3 +376,63 @@ def test_ports_in_use_are_refused_before_anything_starts(tmp_path):
     assert done.returncode == 2
     assert f"runtime port {port} already in use" in done.stderr
     assert "started" not in done.stderr
+
+
+def test_the_other_ports_follow_the_runtimes_and_a_clash_is_named(tmp_path):
+    at_5100 = options(tmp_path, port=5100, membridge_port=8100, model_port=8150, demo_model=True)
+    assert port_problem(at_5100) is None
+    same = options(tmp_path, port=5100, membridge_port=5100)
+    assert port_problem(same) == (
+        "runtime port 5100 and membridge port 5100 are the same: they must differ; "
+        "choose another with --membridge-port"
+    )
+    high = options(tmp_path, port=65000, membridge_port=68000, demo_model=True)
+    assert port_problem(high, ["membridge"]) == (
+        "membridge port 68000 (--port + 3000) is past 65535: choose a lower --port or "
+        "--membridge-port"
+    )
+
+
+def stack_ports() -> int:
+    """A runtime port P with P - 3000, P, P + 3000 and P + 3050 all free."""
+    while True:
+        port = free_port()
+        if not any(port_in_use(port + offset) for offset in (-3000, 0, 3000, 3050)):
+            return port
+
+
+def test_a_stack_moved_with_port_and_a_second_one_that_clashes_with_it(
+    tmp_path, claude_bin, started
+):
+    port = stack_ports()
+    up = Up(tmp_path, "--demo-model", "--port", str(port), BLOOM_CLAUDE_BIN=claude_bin)
+    started.append(up)
+    up.wait_for("BLOOM is up")
+    assert httpx.get(f"http://127.0.0.1:{port}/api/runtime/health").status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{port + 3000}/health").status_code == 200
+    assert httpx.get(f"http://127.0.0.1:{port + 3050}/_requests").status_code == 200
+    assert f"  membridge  http://127.0.0.1:{port + 3000}" in up.out
+
+    def second(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bloom.cli.main", "up", "--demo-model", *args],
+            env=os.environ
+            | {"BLOOM_DATA_DIR": str(tmp_path / "second"), "BLOOM_CLAUDE_BIN": "/bin/true"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    below = second("--port", str(port - 3000))  # its Membridge would sit on our runtime's port
+    assert below.returncode == 2, below.stderr
+    assert below.stderr.splitlines() == [
+        f"bloom: membridge port {port} (--port + 3000) already in use (another `bloom up`?): "
+        "move the whole stack with --port (`make demo PORT=5100`), or choose another with "
+        "--membridge-port"
+    ]
+    same = second("--port", str(port), "--membridge-port", str(free_port()))
+    assert same.returncode == 2, same.stderr
+    assert f"runtime port {port} already in use" in same.stderr
+    assert f"model port {port + 3050} (--port + 3050)" in same.stderr
+    assert "started" not in below.stderr + same.stderr

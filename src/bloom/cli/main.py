@@ -38,9 +38,9 @@ class BloomGroup(LazyGroup):
         LazyCommand("task", "bloom.cli.task:app", "Queue LLM tasks and follow them."),
         LazyCommand(
             "mcp",
-            "bloom.cli.mcp:mcp",
+            "bloom.cli.mcp:app",
             "Serve the fleet's tools to a Claude session over MCP (stdio): "
-            "claude mcp add bloom -- bloom mcp",
+            "bloom mcp install adds it to Claude Code",
         ),
         LazyCommand(
             "usage",

@@ -31,11 +31,17 @@ from bloom.cli.supervisor import (
     http_ready,
     port_in_use,
 )
-from bloom.worker import claude_cli
+from bloom.worker import claude_cli, credentials
+from bloom.worker.claude_env import child_environment
 from bloom.worker.demo import demo_environment
 
 HOST = "127.0.0.1"
 ADMIN_KEY_FILE = "membridge-admin.key"
+# Unless given, Membridge and the echo model sit at fixed offsets from the runtime's port (5000 →
+# 8000 and 8050), so `--port` moves the whole stack and stacks 100 apart do not meet.
+MEMBRIDGE_OFFSET = 3000
+MODEL_OFFSET = 3050
+PORT_OPTIONS = {"runtime": "--port", "membridge": "--membridge-port", "model": "--model-port"}
 WORKER_DRAIN_SEC = "5"  # Ctrl-C gives running tasks this long, within the 10 s stop grace
 # Set by us for the children; the user's own values would point them elsewhere.
 OVERRIDDEN = (
@@ -52,8 +58,8 @@ OVERRIDDEN = (
 class UpOptions:
     data_dir: Path
     port: int = 5000
-    membridge_port: int = 8000
-    model_port: int = 8100
+    membridge_port: int = 5000 + MEMBRIDGE_OFFSET
+    model_port: int = 5000 + MODEL_OFFSET
     demo_model: bool = False
     worker_concurrency: int | None = None
     worker_name: str = "worker"
@@ -74,6 +80,38 @@ class UpOptions:
     def ports(self) -> dict[str, int]:
         named = {"runtime": self.port, "membridge": self.membridge_port}
         return ({"model": self.model_port} if self.demo_model else {}) | named
+
+
+def port_problem(options: UpOptions, derived: Iterable[str] = ()) -> str | None:
+    """One line saying which port cannot be used and how to choose another; None when all can.
+    `derived`: the services whose port came from `--port` rather than their own option."""
+    ports = options.ports()
+    derived = set(derived)
+
+    def named(name: str) -> str:
+        offset = {"membridge": MEMBRIDGE_OFFSET, "model": MODEL_OFFSET}.get(name)
+        origin = f" (--port + {offset})" if name in derived and offset else ""
+        return f"{name} port {ports[name]}{origin}"
+
+    for name, port in ports.items():
+        if port > 65535:
+            return f"{named(name)} is past 65535: choose a lower --port or {PORT_OPTIONS[name]}"
+    names = list(ports)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            if ports[first] == ports[second]:
+                return (
+                    f"{named(first)} and {named(second)} are the same: they must differ; "
+                    f"choose another with {PORT_OPTIONS[second]}"
+                )
+    busy = [name for name, port in ports.items() if port_in_use(port, HOST)]
+    if not busy:
+        return None
+    choices = " / ".join(PORT_OPTIONS[name] for name in busy)
+    return (
+        f"{', '.join(map(named, busy))} already in use (another `bloom up`?): move the whole "
+        f"stack with --port (`make demo PORT=5100`), or choose another with {choices}"
+    )
 
 
 def admin_key(data_dir: Path) -> str:
@@ -231,11 +269,22 @@ def up(
             "needed, every answer is `echo: <prompt>`.",
         ),
     ] = False,
-    port: Annotated[int, typer.Option(min=1, max=65535, help="Runtime port.")] = 5000,
-    membridge_port: Annotated[int, typer.Option(min=1, max=65535, help="Membridge port.")] = 8000,
+    port: Annotated[
+        int,
+        typer.Option(
+            min=1, max=65535, help="Runtime port; the others follow it unless given (5000)."
+        ),
+    ] = 5000,
+    membridge_port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help=f"Membridge port [--port + {MEMBRIDGE_OFFSET}]"),
+    ] = None,
     model_port: Annotated[
-        int, typer.Option(min=1, max=65535, help="Echo model port (with --demo-model).")
-    ] = 8100,
+        int | None,
+        typer.Option(
+            min=1, max=65535, help=f"Echo model port, with --demo-model [--port + {MODEL_OFFSET}]"
+        ),
+    ] = None,
     worker_concurrency: Annotated[
         int | None,
         typer.Option(
@@ -252,23 +301,17 @@ def up(
     options = UpOptions(
         data_dir=data_dir,
         port=port,
-        membridge_port=membridge_port,
-        model_port=model_port,
+        membridge_port=port + MEMBRIDGE_OFFSET if membridge_port is None else membridge_port,
+        model_port=port + MODEL_OFFSET if model_port is None else model_port,
         demo_model=demo_model,
         worker_concurrency=worker_concurrency,
         worker_name=environ.get("BLOOM_WORKER_NAME")
         or environ.get("MEMBRIDGE_NODE_ID")
         or default_worker_name(),
     )
-    busy = [f"{name} port {p}" for name, p in options.ports().items() if port_in_use(p, HOST)]
-    if len(set(options.ports().values())) < len(options.ports()):
-        fail("the runtime, Membridge and model ports must differ", 2)
-    if busy:
-        fail(
-            f"{', '.join(busy)} already in use (another `bloom up`?); choose others with "
-            "--port / --membridge-port / --model-port",
-            2,
-        )
+    given = {"membridge": membridge_port, "model": model_port}
+    if problem := port_problem(options, [name for name, at in given.items() if at is None]):
+        fail(problem, 2)
     try:
         claude_bin, fetched = claude_cli.ensure_claude(say, environ)
     except claude_cli.ClaudeCliError as exc:
@@ -278,6 +321,10 @@ def up(
     if not fetched:
         say(click.style(f"Claude CLI: {claude_bin}", dim=True))
     options = replace(options, claude_bin=claude_bin)
+    if not demo_model:  # the echo model's key is the demo's credentials
+        missing = credentials.probe(claude_bin, child_environment(environ, "default"))
+        if missing:
+            say(click.style(f"warning: {missing}", fg="yellow"))
     key = admin_key(data_dir)
     raise typer.Exit(run_stack(options, plan(options, environ, key)))
 

@@ -11,7 +11,9 @@ from bloom.domain.secrets import key_matches
 from bloom.membridge.http import detail
 
 HEADER = b"x-membridge-admin"
-PUBLIC_PATHS = frozenset({"/health", "/docs", "/openapi.json"})
+PUBLIC_PATHS = frozenset(
+    {"/health", "/docs", "/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/openapi.json"}
+)
 METRICS_PATH = "/metrics"
 """Public too with BLOOM_METRICS_PUBLIC; else it needs the admin key, as everything else."""
 UNAUTHORIZED = "Unauthorized — invalid or missing X-MEMBRIDGE-ADMIN header"

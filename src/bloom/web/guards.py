@@ -6,8 +6,8 @@
 - `SecurityHeadersMiddleware`: `X-Content-Type-Options: nosniff` on every answer; on every HTML
   answer (decided by its content type, so pages added later are covered too) a strict
   Content-Security-Policy, `X-Frame-Options: DENY` and `Referrer-Policy: no-referrer`. The API
-  docs pages get the one relaxation they need: Swagger UI from cdn.jsdelivr.net, their own
-  inline bootstrap script allowed by its hash, inline styles.
+  docs pages get the one relaxation they need: their own inline bootstrap script allowed by its
+  hash, inline styles (Swagger UI's own files come from the server: `api_docs.py`).
 - `ControlCharacterMiddleware`: a path with a control character names nothing (404); a query
   value with a NUL character is refused (400), as no database stores one.
 - `UnexpectedErrorMiddleware`: an exception nothing handled is logged and answered 500 in the
@@ -42,10 +42,9 @@ PAGE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
-SWAGGER_CDN = "https://cdn.jsdelivr.net"
 DOCS_CSP = (
-    "default-src 'none'; script-src {cdn} {hashes}; style-src {cdn} 'unsafe-inline'; "
-    "img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; "
+    "default-src 'none'; script-src 'self' {hashes}; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 INLINE_SCRIPT = re.compile(rb"<script>(.*?)</script>", re.DOTALL)
@@ -232,7 +231,7 @@ class SecurityHeadersMiddleware:
                 if message.get("more_body", False):
                     return
                 content = b"".join(body)
-                csp = DOCS_CSP.format(cdn=SWAGGER_CDN, hashes=" ".join(_script_hashes(content)))
+                csp = DOCS_CSP.format(hashes=" ".join(_script_hashes(content)))
                 policy = (b"content-security-policy", csp.encode())
                 start = {**held, "headers": [*held["headers"], policy]}
                 held = None

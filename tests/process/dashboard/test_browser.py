@@ -6,7 +6,7 @@ a phone and follow the system's dark mode."""
 import re
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from bloom.domain.ids import canonical_id
 from tests.process.dashboard.conftest import Pages
@@ -136,12 +136,48 @@ def test_an_admin_makes_and_revokes_a_key_and_a_viewer_cannot(stack: Stack, page
     expect(viewer.locator("main")).to_contain_text("This page is for admins")
 
 
+NAV_ROWS = "new Set([...document.querySelectorAll('header.top > *')].map(e => e.offsetTop)).size"
+
+
 def test_pages_fit_a_phone_and_follow_dark_mode(stack: Stack, pages: Pages) -> None:
-    phone = pages.logged_in("ada", "/", viewport={"width": 375, "height": 800}, color_scheme="dark")
-    for path in ("/", "/tasks", "/workers", "/membridge", "/audit", "/settings"):
+    """No page scrolls sideways at 375 px (wide tables scroll in their own box), the header
+    takes two rows, and the audit's detail stays readable."""
+    task_id = stack.submit("on a phone")
+    stack.wait(task_id)
+    phone = pages.logged_in("ada", "/", viewport={"width": 375, "height": 812}, color_scheme="dark")
+    paths = ("/", "/tasks", f"/tasks/{task_id}", "/workers", "/membridge", "/audit", "/settings")
+    for path in (*paths, "/projects"):
         phone.goto(stack.runtime.url + path)
         width = phone.evaluate("document.documentElement.scrollWidth")
-        assert width <= 376, f"{path} is {width} px wide on a 375 px screen"
+        assert width <= phone.evaluate("window.innerWidth"), f"{path} is {width} px wide"
+        assert phone.evaluate(NAV_ROWS) <= 2, f"{path}'s header takes more than two rows"
+    phone.goto(stack.runtime.url + "/audit")
+    detail = phone.locator("#audit-rows td.detail").first.bounding_box()
+    assert detail is not None
+    assert detail["width"] >= 120, detail
     background = phone.evaluate("getComputedStyle(document.body).backgroundColor")
     red, green, blue = (int(n) for n in re.findall(r"\d+", background)[:3])
     assert red + green + blue < 150, background  # dark
+
+
+def test_the_api_reference_renders_offline_from_the_runtime_alone(
+    stack: Stack, pages: Pages
+) -> None:
+    """No network but the runtime: Swagger UI's files are the server's own, under its CSP."""
+    page = pages.open()
+    elsewhere: list[str] = []
+
+    def only_the_runtime(route: Route) -> None:
+        if route.request.url.startswith(stack.runtime.url + "/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.context.route("**/*", only_the_runtime)
+    answer = page.goto(stack.runtime.url + "/api/docs")  # no key: the reference is public
+    assert answer is not None
+    assert "cdn.jsdelivr.net" not in answer.headers["content-security-policy"]
+    expect(page.get_by_text("/api/runtime/llm-tasks", exact=True).first).to_be_visible()
+    expect(page.locator(".opblock").first).to_be_visible()
+    assert elsewhere == []
