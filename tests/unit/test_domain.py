@@ -21,7 +21,7 @@ from bloom.domain.retry import (
     failure_outcome,
 )
 from bloom.domain.routing import WorkerLoad, pick_worker
-from bloom.domain.secrets import mask_secret
+from bloom.domain.secrets import last_four, mask_secret
 from bloom.domain.states import TaskStatus
 
 NOW = 1_750_000_000_000
@@ -295,6 +295,7 @@ def test_every_error_code_has_a_decided_outcome() -> None:
         ErrorCode.INVALID_OUTPUT: TaskStatus.QUEUED,
         ErrorCode.BUDGET_EXCEEDED: TaskStatus.FAILED,
         ErrorCode.FATAL: TaskStatus.FAILED,
+        ErrorCode.AUTH_FAILED: TaskStatus.FAILED,
         ErrorCode.RATE_LIMITED: TaskStatus.QUEUED,
         ErrorCode.USAGE_LIMIT: TaskStatus.QUEUED,
         ErrorCode.CANCELLED: TaskStatus.CANCELLED,
@@ -338,6 +339,14 @@ def test_mask_secret(secret: str, shown: str) -> None:
 def test_mask_secret_never_reveals_more_than_eight_characters(secret: str) -> None:
     """A long secret shows exactly its first and last four characters around ****."""
     assert mask_secret(secret) == secret[:4] + "****" + secret[-4:]
+
+
+@pytest.mark.parametrize(
+    ("secret", "shown"),
+    [("", ""), ("short", "****"), ("123456789", "****6789"), ("abcd-secret-wxyz", "****wxyz")],
+)
+def test_last_four_shows_people_at_most_the_last_four(secret: str, shown: str) -> None:
+    assert last_four(mask_secret(secret)) == shown
 
 
 # ids

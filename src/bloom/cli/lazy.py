@@ -3,6 +3,9 @@
 `bloom --help` lists every command, and `bloom task …` imports `bloom.cli.task`, never the
 modules of the servers, the database or the other commands: every process starts in a fraction
 of the time the whole CLI would take to import (docs/decisions.md).
+
+Help is click's plain text, its words wrapped whole: rich's option tables cut long option and
+variable names mid-word at 80 columns. Usage errors stay rich's boxes (wrapped by words).
 """
 
 import importlib
@@ -32,7 +35,7 @@ class LazyCommand(TyperCommand):
             holder.add_typer(target, name=name, help=self.help)
         else:
             holder.command(name)(target)
-        return typer.main.get_group(holder).commands[name]
+        return plain_help(typer.main.get_group(holder).commands[name])
 
 
 class LazyGroup(TyperGroup):
@@ -45,6 +48,9 @@ class LazyGroup(TyperGroup):
         for command in self.lazy:
             self.add_command(command)
 
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        click.Command.format_help(self, ctx, formatter)  # click's plain help, not rich's
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -52,3 +58,13 @@ class LazyGroup(TyperGroup):
         if isinstance(command, LazyCommand):
             command = command.load()
         return name, command, rest
+
+
+def plain_help(command: click.Command) -> click.Command:
+    """`command`, and every command under it, with click's plain help."""
+    if isinstance(command, TyperCommand | TyperGroup):
+        command.rich_markup_mode = None
+    if isinstance(command, TyperGroup):
+        for sub in command.commands.values():
+            plain_help(sub)
+    return command

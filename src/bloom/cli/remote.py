@@ -39,7 +39,8 @@ def api_key() -> str:
 
 def call(url: str, action: "Callable[[RuntimeClient], Awaitable[T]]") -> T:
     """Run `action` with a client of the runtime at `url`; its errors as one line each:
-    unreachable and 401 exit 2 (fix the setup), other refusals exit 1. Ctrl-C passes through."""
+    unreachable, 401 and a URL that is Membridge's exit 2 (fix the setup), other refusals exit
+    1. Ctrl-C passes through."""
     from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 
     async def main() -> T:
@@ -51,7 +52,26 @@ def call(url: str, action: "Callable[[RuntimeClient], Awaitable[T]]") -> T:
     except RuntimeUnreachable as exc:
         fail(f"cannot reach the runtime at {url} ({exc}); is it running? (`bloom up`)", 2)
     except RuntimeApiError as exc:
+        if exc.status in (401, 404) and is_membridge(url):
+            fail(
+                f"{url} answers as Membridge, not as the runtime: give the runtime's URL "
+                f"(--url or BLOOM_RUNTIME_URL; {DEFAULT_URL} by default)",
+                2,
+            )
         fail(api_error(exc), 2 if exc.status == 401 else 1)
+
+
+def is_membridge(url: str) -> bool:
+    """Whether `url` is Membridge's: its `/health` names Membridge's service."""
+    import httpx
+
+    from bloom.membridge import SERVICE_NAME
+
+    try:
+        health = httpx.get(f"{url.split(',')[0].strip().rstrip('/')}/health", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    return isinstance(health, dict) and health.get("service") == SERVICE_NAME
 
 
 def api_error(exc: "RuntimeApiError") -> str:

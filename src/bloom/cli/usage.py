@@ -11,7 +11,8 @@ from rich.table import Table
 
 from bloom.cli.output import fail, print_json
 from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, out
-from bloom.domain.usage import UsageGroup
+from bloom.domain.errors import Invalid
+from bloom.domain.usage import UsageGroup, parse_instant
 
 DURATION = re.compile(r"^(\d+)([mhdw])$")
 UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
@@ -45,17 +46,24 @@ def usage(
     out().print(usage_table(report))
 
 
+SINCE_TAKES = (
+    "--since takes 'today', a duration back from now (30m, 12h, 7d, 2w), epoch ms or an "
+    "ISO 8601 date or date-time (2026-11-27, 2026-11-27T08:00Z)"
+)
+
+
 def window_start(since: str, now_ms: int) -> str | None:
     """The `from` to ask for: None for today (the server's default), now minus a duration, or
-    the text itself (epoch ms or ISO 8601, which the server checks)."""
+    the instant given (epoch ms or ISO 8601); anything else is a usage error (exit 2)."""
     if since == "today":
         return None
     duration = DURATION.match(since)
     if duration is not None:
         return str(max(now_ms - int(duration[1]) * UNIT_MS[duration[2]], 0))
-    if not since.strip():
-        fail("--since: give 'today', a duration such as 7d, or a date")
-    return since
+    try:
+        return str(parse_instant(since, "--since"))
+    except Invalid:
+        fail(f"{SINCE_TAKES}, not {since!r}", 2)
 
 
 def usage_table(report: Any) -> Table:
