@@ -176,7 +176,7 @@ async def test_the_workers_membridge_calls_parse_into_the_wire_types(
 ) -> None:
     settings = WorkerSettings(name="w1", data_dir=tmp_path, max_concurrency=2)
     async with RuntimeClient("http://runtime") as runtime:
-        registration = Worker(settings, runtime).registration()
+        registration = Worker(settings, runtime).registration(readiness=False)  # as to Membridge
     agent = await membridge.register_agent(registration)
     assert agent is not None
     assert (agent.name, agent.status, agent.capabilities["max_concurrency"]) == ("w1", "online", 2)

@@ -193,7 +193,7 @@ def list_workers(
     for worker in workers:
         row = [
             escape(worker.id),
-            styled_status(worker.status),
+            styled_status(worker.status) + (", [red]not ready[/]" if worker.not_ready else ""),
             f"{worker.active_leases}/{worker.capabilities.get('max_concurrency', 1)}",
             escape(", ".join(worker.labels) or "-"),
             ago(worker.last_heartbeat, now),
@@ -205,6 +205,9 @@ def list_workers(
             row.append(escape(worker.pending_url or "-"))
         table.add_row(*row)
     out().print(table)
+    for worker in workers:
+        if worker.not_ready:
+            err().print(f"{escape(worker.id)} is not ready: {escape(worker.not_ready)}")
     if proposed:
         err().print("a URL to approve: `bloom worker approve NAME` once you know it is the node's")
 

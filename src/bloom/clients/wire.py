@@ -306,6 +306,8 @@ class WorkerInfo:
     url: str = ""
     pending_url: str | None = None
     """An agent URL awaiting an admin's approval (`bloom worker approve`)."""
+    not_ready: str | None = None
+    """Why the worker cannot run Claude now (capabilities `ready: false`); None when ready."""
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -324,6 +326,9 @@ class WorkerInfo:
             paused_until=int(paused) or None,
             url=fields.optional_text("url") or "",
             pending_url=fields.optional_text("pending_url"),
+            not_ready=None
+            if inner.flag("ready", True)
+            else inner.optional_text("not_ready") or "not ready",
             raw=fields.data,
         )
 

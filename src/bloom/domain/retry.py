@@ -20,6 +20,8 @@ class ErrorCode(StrEnum):
     """Retrying cannot help: the same prompt would spend the same budget."""
     FATAL = "fatal"
     """The worker knows retrying cannot help."""
+    AUTH_FAILED = "auth_failed"
+    """The Claude CLI has no credentials, or they were refused: an operator must act."""
     RATE_LIMITED = "rate_limited"
     """Overloaded or rate limited upstream: retry later without burning an attempt."""
     USAGE_LIMIT = "usage_limit"
@@ -28,7 +30,9 @@ class ErrorCode(StrEnum):
     """The worker stopped because the task was cancelled."""
 
 
-NON_RETRYABLE: frozenset[ErrorCode] = frozenset({ErrorCode.BUDGET_EXCEEDED, ErrorCode.FATAL})
+NON_RETRYABLE: frozenset[ErrorCode] = frozenset(
+    {ErrorCode.BUDGET_EXCEEDED, ErrorCode.FATAL, ErrorCode.AUTH_FAILED}
+)
 FREE_RETRY: frozenset[ErrorCode] = frozenset({ErrorCode.RATE_LIMITED, ErrorCode.USAGE_LIMIT})
 
 

@@ -17,6 +17,8 @@ class WorkerLoad:
     active_leases: int
     last_heartbeat: int | None
     paused_until: int | None = None
+    ready: bool = True
+    """False when the worker says it cannot run Claude now (no credentials)."""
 
     @property
     def free_slots(self) -> int:
@@ -24,8 +26,14 @@ class WorkerLoad:
 
     @property
     def is_candidate(self) -> bool:
-        """Online, runs Claude CLI tasks, has a free slot (a pause is judged by `available`)."""
-        return self.status == WorkerStatus.ONLINE and self.claude_cli and self.free_slots > 0
+        """Online, runs Claude CLI tasks, ready, has a free slot (a pause is judged by
+        `available`)."""
+        return (
+            self.status == WorkerStatus.ONLINE
+            and self.claude_cli
+            and self.ready
+            and self.free_slots > 0
+        )
 
     def is_paused(self, now: int) -> bool:
         return self.paused_until is not None and self.paused_until > now

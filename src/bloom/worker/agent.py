@@ -19,8 +19,9 @@ from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
-from bloom.worker import metrics
+from bloom.worker import credentials, metrics
 from bloom.worker.agent_http import AgentSurface, Refusal, serving
+from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
@@ -70,9 +71,17 @@ class Worker:
         """The leases of those runs."""
         self.fetching: set[str] = set()
         """Leases dispatched here whose task is being fetched from the runtime (slots taken)."""
+        self.not_ready: str | None = None
+        """Why this worker cannot run Claude now (no credentials, and what to do), if so."""
 
-    def registration(self, status: str = "online") -> dict[str, Any]:
+    def registration(self, status: str = "online", readiness: bool = True) -> dict[str, Any]:
+        """The registration body; with `readiness` (the runtime's, not Membridge's), whether
+        the worker can run Claude now (`ready`) and, when not, why (`not_ready`)."""
         url = self.settings.advertised_agent_url
+        ready: dict[str, Any] = {}
+        if readiness:
+            ready = {"ready": self.not_ready is None}
+            ready |= {"not_ready": self.not_ready} if self.not_ready else {}
         return {
             "name": self.settings.name,
             **({"url": url} if url else {}),
@@ -81,6 +90,7 @@ class Worker:
                 "claude_cli": True,
                 "max_concurrency": self.settings.max_concurrency,
                 "labels": self.settings.labels,
+                **ready,
             },
             "agent_version": __version__,
             "os_info": f"{platform.node()} / {platform.system()} {platform.machine()}",
@@ -144,7 +154,19 @@ class Worker:
         run.add_done_callback(lambda _: self.pushed_leases.discard(lease_id))
         return grant
 
+    async def check_credentials(self) -> None:
+        """Look for the Claude CLI's credentials (without calling a model), as the CLI will be
+        run; say so when they go missing, and when they come back."""
+        env = child_environment(self.environ, "default", self.settings.claude_env)
+        reason = await asyncio.to_thread(credentials.probe, self.settings.claude_bin, env)
+        if reason and reason != self.not_ready:
+            log.warning("claude_not_ready", reason=reason)
+        elif reason is None and self.not_ready:
+            log.info("claude_ready", worker=self.settings.name)
+        self.not_ready = reason
+
     async def _serve(self) -> None:
+        await self.check_credentials()
         await self._register()
         if self.stopping.is_set():
             return
@@ -198,6 +220,7 @@ class Worker:
         brings it back if an operator deleted it."""
         while True:
             await asyncio.sleep(PRESENCE_SEC)
+            await self.check_credentials()
             try:
                 await self.client.register_worker(self.registration())
             except (RuntimeUnreachable, RuntimeApiError) as exc:
@@ -218,7 +241,7 @@ class Worker:
                     "agent_version": __version__,
                 })  # fmt: skip
             try:
-                await self.membridge.register_agent(self.registration())
+                await self.membridge.register_agent(self.registration(readiness=False))
                 for beat in beats:
                     await self.membridge.node_heartbeat(beat)
             except MembridgeUnavailable as exc:
@@ -233,7 +256,9 @@ class Worker:
         if self.membridge is None:
             return
         with contextlib.suppress(MembridgeUnavailable):
-            await self.membridge.register_agent(self.registration("offline"), timeout_sec=3)
+            await self.membridge.register_agent(
+                self.registration("offline", readiness=False), timeout_sec=3
+            )
         await self.membridge.close()
 
     async def _slot(self) -> None:

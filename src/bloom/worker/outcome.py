@@ -14,6 +14,7 @@ from bloom.clients.wire import CompleteRequest
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
 from bloom.domain.usage import MAX_MODEL_CHARS
+from bloom.worker.credentials import auth_failure_message, is_auth_failure
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
 RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
@@ -119,6 +120,8 @@ def _epoch_ms(value: str) -> int:
 
 def classify_error(text: str) -> tuple[ErrorCode, int | None]:
     """The error code (and reset time, epoch ms) for an error the CLI reported as text."""
+    if is_auth_failure(text):
+        return ErrorCode.AUTH_FAILED, None
     usage = USAGE_LIMIT.search(text)
     if usage:
         return ErrorCode.USAGE_LIMIT, _epoch_ms(usage.group(1)) if usage.group(1) else None
@@ -187,12 +190,16 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
         )
     if result is None:
         detail = report.stderr_tail.strip() or "no result event"
+        if is_auth_failure(detail):
+            return failed(ErrorCode.AUTH_FAILED, auth_failure_message(detail))
         return failed(
             ErrorCode.CLI_ERROR, f"Claude CLI exited with code {report.exit_code}: {detail}"
         )
     if result.get("is_error") or report.exit_code not in (0, None):
-        code, retry_at = classify_error(_error_text(result))
-        return failed(code, _error_text(result), retry_at)
+        said = _error_text(result)
+        code, retry_at = classify_error(said)
+        message = auth_failure_message(said) if code is ErrorCode.AUTH_FAILED else said
+        return failed(code, message, retry_at)
     text = result.get("result")
     output = text if isinstance(text, str) else ""
     if desired_format == "json":

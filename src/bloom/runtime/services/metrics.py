@@ -153,7 +153,12 @@ class MetricsService:
         for worker in workers:
             by_status[str(worker.status)] = by_status.get(str(worker.status), 0) + 1
             paused = worker.paused_until is not None and worker.paused_until > now
-            if worker.status == WorkerStatus.ONLINE and worker.claude_cli and not paused:
+            if (
+                worker.status == WorkerStatus.ONLINE
+                and worker.claude_cli
+                and worker.ready
+                and not paused
+            ):
                 free += max(worker.max_concurrency - active.get(worker.id, 0), 0)
         return Snapshot(
             tasks={str(status): tasks.get(str(status), 0) for status in TaskStatus},

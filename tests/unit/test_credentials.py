@@ -1,0 +1,123 @@
+"""The Claude CLI's credentials found without calling a model, and an authentication failure
+classified as not worth retrying."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bloom.clients.wire import WorkerInfo
+from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
+from bloom.domain.routing import WorkerLoad, pick_worker
+from bloom.domain.states import TaskStatus
+from bloom.worker.credentials import (
+    NO_CREDENTIALS,
+    CredentialFacts,
+    auth_failure_message,
+    missing_credentials,
+    probe,
+)
+from bloom.worker.outcome import RunReport, decide
+from tests.support.worker import claude_binary
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        CredentialFacts(env={"ANTHROPIC_API_KEY": "sk-1"}),
+        CredentialFacts(env={"CLAUDE_CODE_OAUTH_TOKEN": "t"}),
+        CredentialFacts(env={"CLAUDE_CODE_USE_BEDROCK": "1"}),
+        CredentialFacts(env={}, login_file=True),
+        CredentialFacts(env={}, api_key_helper=True),
+        CredentialFacts(env={}, cli_logged_in=True),
+    ],
+)
+def test_any_credential_makes_the_cli_ready(facts: CredentialFacts) -> None:
+    assert missing_credentials(facts) is None
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        CredentialFacts(env={"ANTHROPIC_API_KEY": " ", "CLAUDE_CODE_USE_VERTEX": "0"}),
+        CredentialFacts(env={}, cli_logged_in=False),
+        CredentialFacts(env={}),
+    ],
+)
+def test_without_credentials_the_reason_says_what_to_do(facts: CredentialFacts) -> None:
+    reason = missing_credentials(facts)
+    assert reason == NO_CREDENTIALS
+    assert "ANTHROPIC_API_KEY" in reason
+    assert "`claude`" in reason
+    assert "make demo" in reason
+
+
+def test_the_real_cli_with_an_empty_home_has_no_credentials(tmp_path: Path) -> None:
+    claude = claude_binary()
+    if claude is None:
+        pytest.skip("no Claude CLI")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    assert probe(str(claude), env) == NO_CREDENTIALS
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir(exist_ok=True)
+    settings.write_text(json.dumps({"apiKeyHelper": "echo sk-from-helper"}))
+    assert probe(str(claude), env) is None
+
+
+def test_a_login_file_is_found_without_asking_the_cli(tmp_path: Path) -> None:
+    (tmp_path / ".credentials.json").write_text("{}")
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path)}
+    assert probe(str(tmp_path / "no-such-claude"), env) is None
+    assert probe(str(tmp_path / "no-such-claude"), {"HOME": str(tmp_path)}) == NO_CREDENTIALS
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Not logged in · Please run /login",
+        "Invalid API key · Please run /login",
+        'API Error: 401 {"type":"error","error":{"type":"authentication_error"}}',
+    ],
+)
+def test_an_authentication_failure_fails_the_task_at_once(said: str) -> None:
+    report = RunReport(exit_code=1, duration_ms=150, result={"is_error": True, "result": said})
+    outcome = decide(report, desired_format="text", budget_usd=0)
+    assert outcome.error_code is ErrorCode.AUTH_FAILED
+    assert outcome.error_message is not None
+    assert "ANTHROPIC_API_KEY" in outcome.error_message
+    assert "/login" not in outcome.error_message
+    next_state = failure_outcome(
+        ErrorCode.AUTH_FAILED,
+        attempts=1,
+        max_attempts=3,
+        now=0,
+        retry_at=None,
+        cancel_requested=False,
+        policy=RetryPolicy(),
+    )
+    assert next_state.status is TaskStatus.FAILED
+
+
+def test_an_authentication_failure_on_stderr_is_recognised_too() -> None:
+    report = RunReport(exit_code=1, duration_ms=5, stderr_tail="Error: Invalid API key")
+    outcome = decide(report, desired_format="text", budget_usd=0)
+    assert outcome.error_code is ErrorCode.AUTH_FAILED
+    assert outcome.error_message == auth_failure_message("Error: Invalid API key")
+
+
+def test_a_not_ready_worker_is_never_picked() -> None:
+    def load(worker_id: str, ready: bool) -> WorkerLoad:
+        return WorkerLoad(worker_id, "online", True, 4, 0, 1, ready=ready)
+
+    assert pick_worker([load("a", False), load("b", True)], "a", now=0) == load("b", True)
+    assert pick_worker([load("a", False)], None, now=0) is None
+
+
+def test_worker_info_reads_readiness() -> None:
+    base = {"id": "w", "status": "online", "last_heartbeat": None}
+    ready = WorkerInfo.from_json(base | {"capabilities": {"max_concurrency": 1}})
+    assert ready.not_ready is None
+    caps = {"ready": False, "not_ready": "no key"}
+    assert WorkerInfo.from_json(base | {"capabilities": caps}).not_ready == "no key"
+    bare = WorkerInfo.from_json(base | {"capabilities": {"ready": False}})
+    assert bare.not_ready == "not ready"
