@@ -365,6 +365,24 @@ async def test_the_worker_and_membridge_pages(client: httpx.AsyncClient) -> None
     assert "Not connected" in tested.text
 
 
+async def test_a_worker_that_cannot_run_claude_shows_as_not_ready(
+    client: httpx.AsyncClient,
+) -> None:
+    reason = "The Claude CLI has no credentials: set ANTHROPIC_API_KEY"
+    capabilities = {"ready": False, "not_ready": reason}
+    for name, caps in (("nokey", capabilities), ("fine", {"ready": True})):
+        registered = await client.post(
+            f"{API}/workers",
+            json={"name": name, "status": "online", "capabilities": caps},
+            headers={HEADER: ADMIN_KEY},
+        )
+        assert registered.status_code in (200, 201), registered.text
+    page = await client.get("/workers", headers=await admin_browser(client))
+    rows = dict(re.findall(r'<tr id="worker-([\w-]+)">(.*?)</tr>', page.text, re.S))
+    assert f'title="{reason}">not ready</span>' in rows["nokey"]
+    assert "not ready" not in rows["fine"]
+
+
 async def test_static_assets_are_served_and_versioned(client: httpx.AsyncClient) -> None:
     browser = await admin_browser(client)
     page = await client.get("/", headers=browser)
@@ -420,3 +438,41 @@ async def client_page(http: httpx.AsyncClient, browser: dict[str, str]) -> str:
     page = await http.get("/workers", headers=browser)
     assert page.status_code == 200
     return page.text
+
+
+async def test_membridge_page_shows_the_url_and_the_keys_last_four_once(
+    client: httpx.AsyncClient,
+) -> None:
+    browser = await admin_browser(client)
+    saved = await client.post(
+        "/membridge/config",
+        content="membridge_server_url=http%3A%2F%2F127.0.0.1%3A9&admin_key=secret-admin-key",
+        headers=browser | HX | FORM,
+    )
+    assert saved.status_code == 200, saved.text
+    page = (await client.get("/membridge", headers=browser)).text
+    assert page.count("http://127.0.0.1:9<") == 1  # in the facts, not again as a placeholder
+    assert re.search(r'id="membridge-key">\*\*\*\*-key<', page)
+    assert "secr" not in page  # the API's mask shows the first four: the page does not
+    shown = await client.get(f"{API}/config", headers={HEADER: ADMIN_KEY})
+    assert shown.json()["admin_key_masked"] == "secr****-key"  # the seed's contract
+
+
+async def test_settings_in_open_mode_says_the_api_is_open_on_this_machine(
+    database_url: str, tmp_path: Path
+) -> None:
+    app = create_app(make_settings(database_url, tmp_path))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
+            page = (await http.get("/settings")).text
+    assert "open to every caller on this machine" in page
+    assert "only the admin key" not in page
+
+
+async def test_settings_with_an_admin_key_says_only_it_opens_the_api(
+    client: httpx.AsyncClient,
+) -> None:
+    page = (await client.get("/settings", headers=await admin_browser(client))).text
+    assert "only the admin key (<code>RUNTIME_API_KEY</code>) opens the API" in page
+    assert "open to every caller" not in page

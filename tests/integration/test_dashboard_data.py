@@ -223,12 +223,12 @@ async def test_audit_pages_walk_every_filter(
     first = thirty[0]  # leased to w1 and completed
     [first_lease] = await container.records.attempts(first)
     cases: list[tuple[AuditFilter, Callable[[dict[str, Any]], bool], int]] = [
-        # workers registered, tasks created, leased, completed (and of those 5 failed), cancelled
-        (AuditFilter(), lambda r: True, 2 + 30 + 15 + 10 + 5 + 3),
+        # workers registered, tasks created, leased, ended (completed or failed), cancelled
+        (AuditFilter(), lambda r: True, 2 + 30 + 15 + 10 + 3),
         (AuditFilter(action="task_leased"), lambda r: r["action"] == "task_leased", 15),
         (AuditFilter(entity_type="lease"), lambda r: r["entity_type"] == "lease", 15),
         (AuditFilter(entity_type="worker"), lambda r: r["entity_type"] == "worker", 2),
-        (AuditFilter(actor="w1"), lambda r: r["actor"] == "w1", 15),
+        (AuditFilter(actor="w1"), lambda r: r["actor"] == "w1", 10),
         (AuditFilter(entity_id=first), lambda r: first in (r["entity_id"], r["task_id"]), 3),
         (AuditFilter(entity_id=first_lease.id), lambda r: r["entity_id"] == first_lease.id, 1),
         (

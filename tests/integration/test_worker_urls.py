@@ -50,7 +50,7 @@ async def test_a_worker_key_only_proposes_and_an_admin_approves(client: httpx.As
     assert (first.json()["url"], first.json()["pending_url"]) == ("", NODE_URL)
     again = await client.post(f"{API}/workers", json=body, headers=own)  # every 15 s
     assert (again.json()["url"], again.json()["pending_url"]) == ("", NODE_URL)
-    assert await url_audit(client) == [("worker_url_proposed", "api")]
+    assert await url_audit(client) == [("worker_url_proposed", "pi-1")]  # its key's worker
     for refused_key in (own, await key_for(client, Role.VIEWER)):
         refused = await client.post(f"{API}/workers/pi-1/approve-url", json={}, headers=refused_key)
         assert refused.status_code == 403
@@ -76,9 +76,9 @@ async def test_a_worker_key_only_proposes_and_an_admin_approves(client: httpx.As
     )
     assert direct.json()["url"] == "http://10.0.0.10:8001"
     assert await url_audit(client) == [
-        ("worker_url_proposed", "api"),
+        ("worker_url_proposed", "pi-1"),
         ("worker_url_approved", "admin"),
-        ("worker_url_proposed", "api"),
+        ("worker_url_proposed", "pi-1"),
         ("worker_url_set", "api"),
     ]
     assert (

@@ -32,6 +32,25 @@ class Identity:
     role: Role | None
     worker_id: str | None = None
     """For a worker key: the one worker it may act as."""
+    label: str = ""
+    """A user's username; a key's name."""
+
+    @property
+    def name(self) -> str:
+        """Who this is, for people: a user's username, a key's `key:<name>` (a worker key's
+        worker), "admin" for the admin key, an anonymous caller's address."""
+        if self.kind is Kind.USER:
+            return self.label
+        if self.kind is Kind.KEY:
+            return self.worker_id or f"key:{self.label}"
+        return self.id
+
+    @property
+    def actor(self) -> str | None:
+        """Whom the changes this caller makes are audited as: a named caller (a user, a key) by
+        its name; None for the admin key and open mode's callers, whose changes keep the seed's
+        actors ("api", "admin")."""
+        return self.name if self.kind in (Kind.USER, Kind.KEY) else None
 
     @property
     def rate_key(self) -> str:

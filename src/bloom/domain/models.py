@@ -94,6 +94,11 @@ class Worker:
     def claude_cli(self) -> bool:
         return bool(self.capabilities.get("claude_cli", True))
 
+    @property
+    def ready(self) -> bool:
+        """Whether the worker says it can run Claude now (false: no credentials)."""
+        return self.capabilities.get("ready") is not False
+
 
 @dataclass(frozen=True, slots=True)
 class Artifact:

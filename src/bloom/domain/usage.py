@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from bloom.domain.clock import utc_text
 from bloom.domain.errors import Invalid
 
 MAX_MODEL_CHARS = 128
@@ -123,7 +124,7 @@ def start_of_day(now: int) -> int:
 
 def bucket_key(start: int) -> str:
     """A time bucket's start as ISO 8601 UTC, to the second."""
-    return datetime.fromtimestamp(start / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_text(start)
 
 
 def parse_instant(text: str, name: str) -> int:

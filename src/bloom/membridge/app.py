@@ -15,6 +15,7 @@ from bloom.membridge.http import detail_body, install_error_handlers, invalid_qu
 from bloom.membridge.openapi import document_membridge_errors
 from bloom.membridge.rate_limits import membridge_policy
 from bloom.membridge.settings import MembridgeSettings
+from bloom.web.api_docs import add_api_docs
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
 from bloom.web.origins import OriginPolicy
@@ -28,6 +29,7 @@ ROUTINE_REQUESTS = {
     ("GET", "/health"): frozenset({200}),
     ("GET", "/metrics"): frozenset({200}),
     ("GET", "/agents"): frozenset({200}),  # the runtime's worker sync, every 10 s
+    ("GET", "/nodes"): frozenset({200}),  # the same sync, in the same round
     ("POST", "/agents"): frozenset({200}),  # an agent's presence (201: a new one, INFO)
     ("POST", "/agent/heartbeat"): frozenset({200}),
 }
@@ -63,13 +65,14 @@ def create_app(
         title="Membridge Control Plane",
         version=API_VERSION,
         summary="Agent registry, projects, node heartbeats and per-project leadership.",
-        docs_url="/docs",
+        docs_url=None,  # add_api_docs: Swagger UI from the package
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
     )
     for module in (system, agents, projects, fleet, sync, jobs, metrics):
         app.include_router(module.router)
+    add_api_docs(app, "/docs")
     install_error_handlers(app)
     document_membridge_errors(app, settings)
     if not settings.auth_disabled:
@@ -100,7 +103,7 @@ def create_app(
         not_found=b'{"detail":"Not Found"}',
         error_body=detail_body,
         bad_query=invalid_query,
-        docs_paths={"/docs", app.swagger_ui_oauth2_redirect_url or ""},
+        docs_paths={"/docs"},
         redirect_exempt={"/health"},
     )
     app.add_middleware(HeadAsGetMiddleware)

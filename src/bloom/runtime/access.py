@@ -32,7 +32,8 @@ RULES: dict[tuple[str, str], Access] = {
     ("GET", "/"): Access.READ,
     ("GET", "/api/docs"): Access.PUBLIC,
     ("GET", "/api/openapi.json"): Access.PUBLIC,
-    ("GET", "/docs/oauth2-redirect"): Access.PUBLIC,
+    ("GET", "/api/docs/swagger-ui-bundle.js"): Access.PUBLIC,
+    ("GET", "/api/docs/swagger-ui.css"): Access.PUBLIC,
     ("GET", "/login"): Access.PUBLIC,
     ("POST", "/login"): Access.PUBLIC,  # checks its own CSRF token
     ("POST", "/logout"): Access.PUBLIC,  # checks its own CSRF token

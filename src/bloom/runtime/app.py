@@ -33,6 +33,7 @@ from bloom.runtime.openapi import document_runtime_errors
 from bloom.runtime.rate_limits import runtime_policy
 from bloom.runtime.secret_key import server_secret
 from bloom.runtime.settings import RuntimeSettings
+from bloom.web.api_docs import add_api_docs
 from bloom.web.client_address import client_address
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
@@ -46,6 +47,8 @@ ROUTINE_REQUESTS = {
     ("GET", "/metrics"): frozenset({200}),
     ("POST", f"{RT}/workers"): frozenset({200}),  # a worker's presence (201: a new one, INFO)
     ("POST", f"{RT}/workers/{{worker_id}}/claim"): frozenset({204}),  # waited, got nothing
+    # a lookup, polled by `bloom up` until its worker registers (404 until then)
+    ("GET", f"{RT}/workers/{{worker_id}}"): frozenset({200, 404}),
     ("POST", f"{RT}/llm-tasks/{{task_id}}/heartbeat"): frozenset({200}),
     ("POST", f"{RT}/llm-tasks/{{task_id}}/events"): frozenset({200}),
 }
@@ -73,7 +76,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         title="BLOOM Runtime",
         version=__version__,
         summary="Queue LLM tasks, lease them to Claude CLI workers, keep every result.",
-        docs_url="/api/docs",
+        docs_url=None,  # add_api_docs: Swagger UI from the package
         redoc_url=None,
         openapi_url="/api/openapi.json",
         lifespan=lifespan,
@@ -97,6 +100,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         actions,
     ):
         app.include_router(module.router)
+    add_api_docs(app, "/api/docs")
     app.mount("/static", StaticFiles(packages=[("bloom.runtime.dashboard", "static")]), "static")
     app.state.logins = LoginCodec(server_secret(settings))
     app.state.trusted_proxies = settings.trusted_proxies
@@ -128,7 +132,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         not_found=b'{"error":"Not found"}',
         error_body=error_body,
         bad_query=invalid_query,
-        docs_paths={"/api/docs", app.swagger_ui_oauth2_redirect_url or ""},
+        docs_paths={"/api/docs"},
         redirect_exempt={"/api/runtime/health", "/api/membridge/health"},
     )
     app.add_middleware(HeadAsGetMiddleware)

@@ -92,7 +92,7 @@ class IdentityMiddleware:
                 return Identity(Kind.ADMIN_KEY, "admin", Role.ADMIN)
             key = await self._key(scope, hash_key(presented))
             if key is not None:
-                return Identity(Kind.KEY, key.id, Role(key.role), key.worker_id)
+                return Identity(Kind.KEY, key.id, Role(key.role), key.worker_id, key.name)
             return anonymous(address)
         cookie = _cookie(scope, COOKIE)
         if cookie is not None:
@@ -108,7 +108,7 @@ class IdentityMiddleware:
                     login.csrf, token.decode("latin-1") if token is not None else None
                 )
                 state["login"] = login
-                return Identity(Kind.USER, user.id, Role(user.role))
+                return Identity(Kind.USER, user.id, Role(user.role), label=user.username)
         return anonymous(address)
 
     async def _key(self, scope: Scope, digest: str) -> ApiKey | None:

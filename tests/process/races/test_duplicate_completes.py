@@ -106,6 +106,9 @@ async def test_conflicting_concurrent_completes_keep_one_outcome(
             r for r in responses if r.is_success and "Idempotent-Replayed" not in r.headers
         ]
         assert len(originals) == 1
-        assert probe.audit_actions(task_id)["task_completed"] == 1
+        actions = probe.audit_actions(task_id)
+        ends = ("task_completed", "task_retry_scheduled", "task_failed", "task_dead")
+        assert sum(actions[end] for end in ends) == 1  # the attempt's one end, named for it
+        assert actions["task_completed"] == (result["status"] == "success")
         expected_artifacts = 1 if result["status"] == "success" else 0
         assert len([a for a in probe.artifacts() if a["task_id"] == task_id]) == expected_artifacts

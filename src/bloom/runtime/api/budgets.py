@@ -34,12 +34,12 @@ async def put_budget(project: Project, body: BudgetBody, budgets: Budgets, calle
     tasks until the window resets (they stay queued, nothing fails); a raise releases them at
     once. Running tasks are not stopped."""
     view = await budgets.set(
-        project, daily_usd=body.daily_usd, monthly_usd=body.monthly_usd, actor=caller.id
+        project, daily_usd=body.daily_usd, monthly_usd=body.monthly_usd, actor=caller.name
     )
     return JSON(view)
 
 
 @router.delete("/budgets/{project}", summary="Remove a project's budget (its tasks run again)")
 async def delete_budget(project: Project, budgets: Budgets, caller: Caller) -> JSON:
-    await budgets.remove(project, actor=caller.id)
+    await budgets.remove(project, actor=caller.name)
     return JSON({"removed": True, "project": project})

@@ -38,5 +38,5 @@ async def install_script(
     runtime's URL is BLOOM_PUBLIC_URL (or `server_url`), never this request's Host; no key is
     embedded unless `with_key=true`, which makes a worker key for `node_id`."""
     ask = InstallRequest(node_id, server_url, repo_url, port, with_key)
-    text = await container.install_scripts.script(ask, actor=caller.id)
+    text = await container.install_scripts.script(ask, actor=caller.name)
     return PlainTextResponse(text, headers={"Cache-Control": "no-store"})

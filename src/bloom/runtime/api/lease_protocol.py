@@ -76,9 +76,13 @@ async def granted(worker_id: str, lease_id: str, leases: Leases, caller: Caller)
     response_model=LeaseGrant,
     summary="Lease a queued task to a worker (chosen, or picked by capacity and context)",
 )
-async def lease_task(task_id: str, leases: Leases, body: LeaseBody | None = None) -> JSON:
+async def lease_task(
+    task_id: str, leases: Leases, caller: Caller, body: LeaseBody | None = None
+) -> JSON:
     body = body or LeaseBody()
-    lease, worker = await leases.lease(task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds)
+    lease, worker = await leases.lease(
+        task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds, actor=caller.actor
+    )
     return JSON(LeaseGrant(lease=lease, worker=worker), status_code=201)
 
 
@@ -88,11 +92,13 @@ async def lease_task(task_id: str, leases: Leases, body: LeaseBody | None = None
     response_model=DispatchReply,
     summary="Lease a queued task to a node's agent and hand it over (POST /execute-task)",
 )
-async def dispatch_task(task_id: str, dispatcher: Dispatch, body: LeaseBody | None = None) -> JSON:
+async def dispatch_task(
+    task_id: str, dispatcher: Dispatch, caller: Caller, body: LeaseBody | None = None
+) -> JSON:
     body = body or LeaseBody()
     try:
         sent = await dispatcher.dispatch(
-            task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds
+            task_id, worker_id=body.worker_id, ttl_sec=body.ttl_seconds, actor=caller.actor
         )
     except DispatchFailed as exc:
         failed = {"dispatched": False, "task_id": exc.task_id, "worker_id": exc.worker_id}

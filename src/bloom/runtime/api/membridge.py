@@ -29,7 +29,7 @@ def _segment(value: str) -> str:
 
 @router.post("/api/runtime/test-connection", summary="Check that Membridge answers (always 200)")
 async def test_connection(container: AppContainer, caller: Caller) -> JSON:
-    return JSON(await container.membridge.test_connection(actor=caller.id))
+    return JSON(await container.membridge.test_connection(actor=caller.name))
 
 
 @router.get("/api/membridge/health", summary="Membridge's health (public)")
@@ -81,9 +81,11 @@ async def project_leadership(cid: str, container: AppContainer) -> Response:
 @router.post(
     "/api/membridge/projects/{cid}/leadership/select", summary="Choose a project's primary"
 )
-async def select_primary(cid: str, payload: Payload, container: AppContainer) -> Response:
+async def select_primary(
+    cid: str, payload: Payload, container: AppContainer, caller: Caller
+) -> Response:
     path = f"/projects/{_segment(cid)}/leadership/select"
-    return _answer(await container.membridge.select_leadership(path, cid, payload))
+    return _answer(await container.membridge.select_leadership(path, cid, payload, caller.actor))
 
 
 @router.get("/api/membridge/jobs", summary="Membridge's jobs, newest first")

@@ -5,7 +5,7 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from bloom.domain.models import ManagedProject, ProjectNode
-from bloom.runtime.api.deps import Projects
+from bloom.runtime.api.deps import Caller, Projects
 from bloom.runtime.api.project_schemas import (
     CloneBody,
     CloneReply,
@@ -28,8 +28,8 @@ async def list_projects(projects: Projects) -> JSON:
 
 
 @router.post("", status_code=201, response_model=ManagedProject, summary="Create a project")
-async def create_project(body: CreateProjectBody, projects: Projects) -> JSON:
-    return JSON(await projects.create(body.new_project()), status_code=201)
+async def create_project(body: CreateProjectBody, projects: Projects, caller: Caller) -> JSON:
+    return JSON(await projects.create(body.new_project(), caller.actor), status_code=201)
 
 
 @router.get(PROJECT, response_model=ProjectDetail, summary="A project and its nodes' checkouts")
@@ -39,16 +39,18 @@ async def get_project(project_id: str, projects: Projects) -> JSON:
 
 
 @router.delete(PROJECT, response_model=Removed, summary="Delete a project and its node statuses")
-async def delete_project(project_id: str, projects: Projects) -> JSON:
-    await projects.delete(project_id)
+async def delete_project(project_id: str, projects: Projects, caller: Caller) -> JSON:
+    await projects.delete(project_id, caller.actor)
     return JSON(Removed(removed=True, id=project_id))
 
 
 @router.post(
     f"{PROJECT}/clone", response_model=CloneReply, summary="Clone it on a node (default: primary)"
 )
-async def clone_project(project_id: str, projects: Projects, body: CloneBody | None = None) -> JSON:
-    return JSON(await projects.clone(project_id, body.node_id if body else None))
+async def clone_project(
+    project_id: str, projects: Projects, caller: Caller, body: CloneBody | None = None
+) -> JSON:
+    return JSON(await projects.clone(project_id, body.node_id if body else None, caller.actor))
 
 
 @router.post(
@@ -56,8 +58,8 @@ async def clone_project(project_id: str, projects: Projects, body: CloneBody | N
     response_model=PropagateReply,
     summary="Clone it on every node with an agent that lacks it",
 )
-async def propagate_project(project_id: str, projects: Projects) -> JSON:
-    return JSON(await projects.propagate(project_id))
+async def propagate_project(project_id: str, projects: Projects, caller: Caller) -> JSON:
+    return JSON(await projects.propagate(project_id, caller.actor))
 
 
 @router.post(
@@ -66,10 +68,10 @@ async def propagate_project(project_id: str, projects: Projects) -> JSON:
     summary="Push or pull its Claude memory on a node, through Membridge",
 )
 async def sync_project_memory(
-    project_id: str, projects: Projects, body: SyncMemoryBody | None = None
+    project_id: str, projects: Projects, caller: Caller, body: SyncMemoryBody | None = None
 ) -> JSON:
     body = body or SyncMemoryBody()
-    return JSON(await projects.sync_memory(project_id, body.direction, body.node_id))
+    return JSON(await projects.sync_memory(project_id, body.direction, body.node_id, caller.actor))
 
 
 @router.get(

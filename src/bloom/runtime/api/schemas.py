@@ -233,6 +233,14 @@ class CapabilitiesBody(Body):
     claude_cli: StrictBool = True
     max_concurrency: StrictInt = Field(1, ge=1, le=MAX_CLAIM_TASKS)
     labels: list[Label] = Field(default_factory=list, max_length=64)
+    ready: StrictBool | None = Field(
+        None,
+        description="Whether the worker can run Claude now (false: no credentials; unset: ready, "
+        "as the seed's workers are).",
+    )
+    not_ready: StrictStr | None = Field(
+        None, max_length=1000, description="Why the worker is not ready, and what to do."
+    )
 
 
 class RegisterWorkerBody(Body):

@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from bloom import __version__
-from bloom.runtime.api.deps import AppContainer, Config
+from bloom.runtime.api.deps import AppContainer, Caller, Config
 from bloom.runtime.api.schemas import ConfigBody, Health
 from bloom.runtime.http import JSON
 from bloom.runtime.services.config import RuntimeConfig
@@ -47,6 +47,6 @@ async def get_config(config: Config) -> JSON:
 
 
 @router.post("/config", response_model=RuntimeConfig, summary="Set the Membridge URL and key")
-async def set_config(body: ConfigBody, config: Config) -> JSON:
+async def set_config(body: ConfigBody, config: Config, caller: Caller) -> JSON:
     url = str(body.membridge_server_url).rstrip("/")
-    return JSON(await config.update(url, body.admin_key))
+    return JSON(await config.update(url, body.admin_key, caller.actor))

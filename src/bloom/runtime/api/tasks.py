@@ -6,7 +6,7 @@ from fastapi import APIRouter, Header, Query
 
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Budgets, Tasks
+from bloom.runtime.api.deps import Budgets, Caller, Tasks
 from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
@@ -25,11 +25,12 @@ MAX_OFFSET = 1_000_000_000
 async def create_task(
     body: CreateTaskBody,
     tasks: Tasks,
+    caller: Caller,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JSON:
     if body.idempotency_key and idempotency_key and body.idempotency_key != idempotency_key:
         return invalid("Idempotency-Key header and idempotency_key differ", "idempotency_key")
-    task, created = await tasks.create(body.new_task(idempotency_key))
+    task, created = await tasks.create(body.new_task(idempotency_key), caller.actor)
     return JSON(task, status_code=201 if created else 200)
 
 
@@ -40,8 +41,8 @@ async def create_task(
     responses={200: {"description": "Every idempotency key was known: no task created"}},
     summary="Queue up to 100 tasks in one transaction (all or none), in order",
 )
-async def create_tasks(body: CreateTasksBody, tasks: Tasks) -> JSON:
-    done = await tasks.create_many([item.new_task() for item in body.tasks])
+async def create_tasks(body: CreateTasksBody, tasks: Tasks, caller: Caller) -> JSON:
+    done = await tasks.create_many([item.new_task() for item in body.tasks], caller.actor)
     created = sum(fresh for _, fresh in done)
     reply = TasksCreated(tasks=[task for task, _ in done], created=created)
     return JSON(reply, status_code=201 if created else 200)
@@ -67,15 +68,15 @@ async def get_task(task_id: str, tasks: Tasks, budgets: Budgets) -> JSON:
 
 
 @router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")
-async def cancel_task(task_id: str, tasks: Tasks) -> JSON:
-    return JSON(await tasks.cancel(task_id))
+async def cancel_task(task_id: str, tasks: Tasks, caller: Caller) -> JSON:
+    return JSON(await tasks.cancel(task_id, caller.actor))
 
 
 @router.post(
     "/llm-tasks/{task_id}/requeue", response_model=Task, summary="Requeue a failed or dead task"
 )
-async def requeue_task(task_id: str, tasks: Tasks) -> JSON:
-    return JSON(await tasks.requeue(task_id))
+async def requeue_task(task_id: str, tasks: Tasks, caller: Caller) -> JSON:
+    return JSON(await tasks.requeue(task_id, caller.actor))
 
 
 @router.get("/runs", response_model=list[Task], summary="The 50 newest tasks")

@@ -46,12 +46,15 @@ async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Ca
             name=acting_worker(caller, body.name) or body.name,
             url=body.url,
             status=body.status,
-            capabilities=body.capabilities.model_dump() if body.capabilities else None,
+            capabilities=body.capabilities.model_dump(exclude_none=True)
+            if body.capabilities
+            else None,
             ip_addrs=body.ip_addrs,
             agent_version=body.agent_version,
             os_info=body.os_info,
             install_method=body.install_method,
         ),
+        caller.actor,
         trusted=caller.role is Role.ADMIN,
     )
     return JSON(worker, status_code=201 if created else 200)
@@ -62,8 +65,10 @@ async def register_worker(body: RegisterWorkerBody, workers: Workers, caller: Ca
     response_model=WorkerDetail,
     summary="Approve the agent URL the worker (or Membridge) proposed: the runtime calls it",
 )
-async def approve_url(worker_id: str, workers: Workers, body: ApproveUrlBody | None = None) -> JSON:
-    return JSON(await workers.approve_url(worker_id, body.url if body else None))
+async def approve_url(
+    worker_id: str, workers: Workers, caller: Caller, body: ApproveUrlBody | None = None
+) -> JSON:
+    return JSON(await workers.approve_url(worker_id, body.url if body else None, caller.actor))
 
 
 @router.get("/{worker_id}/agent-health", summary="Ask the worker's agent how it is (refreshes it)")
@@ -73,22 +78,23 @@ async def agent_health(worker_id: str, container: AppContainer) -> JSON:
 
 @router.post("/{worker_id}/agent-update", summary="Have the worker's agent update itself")
 async def agent_update(
-    worker_id: str, container: AppContainer, body: AgentUpdateBody | None = None
+    worker_id: str, container: AppContainer, caller: Caller, body: AgentUpdateBody | None = None
 ) -> JSON:
-    return JSON(await container.agents.update(worker_id, body.repo_url if body else None))
+    repo_url = body.repo_url if body else None
+    return JSON(await container.agents.update(worker_id, repo_url, caller.actor))
 
 
 @router.post("/{worker_id}/agent-restart", summary="Have the worker's agent restart")
-async def agent_restart(worker_id: str, container: AppContainer) -> JSON:
-    return JSON(await container.agents.restart(worker_id))
+async def agent_restart(worker_id: str, container: AppContainer, caller: Caller) -> JSON:
+    return JSON(await container.agents.restart(worker_id, caller.actor))
 
 
 @router.post("/{worker_id}/agent-uninstall", summary="Have the worker's agent uninstall itself")
-async def agent_uninstall(worker_id: str, container: AppContainer) -> JSON:
-    return JSON(await container.agents.uninstall(worker_id))
+async def agent_uninstall(worker_id: str, container: AppContainer, caller: Caller) -> JSON:
+    return JSON(await container.agents.uninstall(worker_id, caller.actor))
 
 
 @router.delete("/{worker_id}", response_model=Removed, summary="Unregister; its leases end now")
-async def remove_worker(worker_id: str, workers: Workers) -> JSON:
-    await workers.remove(worker_id)
+async def remove_worker(worker_id: str, workers: Workers, caller: Caller) -> JSON:
+    await workers.remove(worker_id, caller.actor)
     return JSON(Removed(removed=True, id=worker_id))

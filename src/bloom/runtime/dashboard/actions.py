@@ -95,7 +95,7 @@ def _notice(
 
 
 @router.post("/tasks")
-async def create_task(request: Request) -> Response:
+async def create_task(request: Request, caller: Caller) -> Response:
     form = await _form(request)
     body = _parse(
         CreateTaskBody,
@@ -113,24 +113,24 @@ async def create_task(request: Request) -> Response:
         },
     )
     container = _container(request)
-    task, _ = await container.tasks.create(body.new_task())
+    task, _ = await container.tasks.create(body.new_task(), caller.actor)
     if form.get("dispatch") == "on":
         # a refusal is in the task's timeline (`dispatch_failed`), which the redirect shows
         with contextlib.suppress(ServiceError):
-            await container.dispatcher.dispatch(task.id)
+            await container.dispatcher.dispatch(task.id, actor=caller.actor)
     return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
 
 
 @router.post("/tasks/{task_id}/dispatch")
-async def dispatch_task(request: Request, task_id: str) -> Response:
-    sent = await _container(request).dispatcher.dispatch(task_id)
+async def dispatch_task(request: Request, task_id: str, caller: Caller) -> Response:
+    sent = await _container(request).dispatcher.dispatch(task_id, actor=caller.actor)
     state = "working on it" if sent.execution is None else "answered"
     return _notice(f"Task {task_id[-8:]} dispatched to {sent.worker_id} ({state}).")
 
 
 @router.post("/tasks/{task_id}/cancel")
-async def cancel_task(request: Request, task_id: str) -> Response:
-    task = await _container(request).tasks.cancel(task_id)
+async def cancel_task(request: Request, task_id: str, caller: Caller) -> Response:
+    task = await _container(request).tasks.cancel(task_id, caller.actor)
     said = (
         "cancel requested" if task.cancel_requested and task.status != "cancelled" else "cancelled"
     )
@@ -138,13 +138,13 @@ async def cancel_task(request: Request, task_id: str) -> Response:
 
 
 @router.post("/tasks/{task_id}/requeue")
-async def requeue_task(request: Request, task_id: str) -> Response:
-    task = await _container(request).tasks.requeue(task_id)
+async def requeue_task(request: Request, task_id: str, caller: Caller) -> Response:
+    task = await _container(request).tasks.requeue(task_id, caller.actor)
     return _notice(f"Task {task.id[-8:]} is queued again.")
 
 
 @router.post("/tasks/{task_id}/again")
-async def run_again(request: Request, task_id: str) -> Response:
+async def run_again(request: Request, task_id: str, caller: Caller) -> Response:
     """A new task with the same prompt, context, agent and policy (the old one stays as it is)."""
     tasks = _container(request).tasks
     old = await tasks.get(task_id)
@@ -158,7 +158,8 @@ async def run_again(request: Request, task_id: str) -> Response:
             desired_format=old.desired_format,
             max_attempts=old.max_attempts,
             priority=old.priority,
-        )
+        ),
+        caller.actor,
     )
     return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
 
@@ -167,7 +168,7 @@ async def run_again(request: Request, task_id: str) -> Response:
 
 
 @router.post("/workers")
-async def register_worker(request: Request) -> Response:
+async def register_worker(request: Request, caller: Caller) -> Response:
     """The reference's "Register node": known by name and agent URL, status unknown until it
     reports, so nothing is leased to it before then."""
     form = await _form(request)
@@ -176,27 +177,29 @@ async def register_worker(request: Request) -> Response:
         {"name": form.get("name", "").strip(), "url": form.get("url", "").strip() or None},
     )
     worker, created = await _container(request).workers.register(
-        Registration(name=body.name, url=body.url, status=WorkerStatus.UNKNOWN)
+        Registration(name=body.name, url=body.url, status=WorkerStatus.UNKNOWN), caller.actor
     )
     return _notice(f"Worker {worker.id} {'registered' if created else 'updated'}.")
 
 
 @router.post("/workers/{worker_id}/remove")
-async def remove_worker(request: Request, worker_id: str) -> Response:
-    await _container(request).workers.remove(worker_id)
+async def remove_worker(request: Request, worker_id: str, caller: Caller) -> Response:
+    await _container(request).workers.remove(worker_id, caller.actor)
     return _notice(f"Worker {worker_id} removed; its leases ended.")
 
 
 @router.post("/workers/{worker_id}/approve-url")
-async def approve_worker_url(request: Request, worker_id: str) -> Response:
+async def approve_worker_url(request: Request, worker_id: str, caller: Caller) -> Response:
     """The agent URL shown (proposed by the worker or Membridge) becomes the one called."""
     form = await _form(request)
-    worker = await _container(request).workers.approve_url(worker_id, form.get("url") or None)
+    worker = await _container(request).workers.approve_url(
+        worker_id, form.get("url") or None, caller.actor
+    )
     return _notice(f"{worker.id}: agent URL {worker.url} approved.")
 
 
 @router.post("/workers/{worker_id}/agent/{action}")
-async def manage_agent(request: Request, worker_id: str, action: str) -> Response:
+async def manage_agent(request: Request, worker_id: str, action: str, caller: Caller) -> Response:
     """The reference UI's Health, Update, Restart and Uninstall of a node's agent."""
     agents = _container(request).agents
     if action == "health":
@@ -206,11 +209,11 @@ async def manage_agent(request: Request, worker_id: str, action: str) -> Respons
         version, host = health.get("version") or "?", health.get("hostname") or "?"
         return _notice(f"{worker_id}: agent {version} on {host}, healthy.")
     if action == "update":
-        await agents.update(worker_id, None)
+        await agents.update(worker_id, None, caller.actor)
     elif action == "restart":
-        await agents.restart(worker_id)
+        await agents.restart(worker_id, caller.actor)
     elif action == "uninstall":
-        await agents.uninstall(worker_id)
+        await agents.uninstall(worker_id, caller.actor)
     else:
         raise NotFound(f"No agent action '{action}'")
     return _notice(f"{worker_id}: agent {action} done.")
@@ -220,7 +223,7 @@ async def manage_agent(request: Request, worker_id: str, action: str) -> Respons
 
 
 @router.post("/membridge/config")
-async def save_membridge(request: Request) -> Response:
+async def save_membridge(request: Request, caller: Caller) -> Response:
     form = await _form(request)
     config = _container(request).config
     current = await config.get()
@@ -232,13 +235,14 @@ async def save_membridge(request: Request) -> Response:
             "admin_key": form.get("admin_key", ""),
         },
     )
-    saved = await config.update(str(body.membridge_server_url).rstrip("/"), body.admin_key)
+    url = str(body.membridge_server_url).rstrip("/")
+    saved = await config.update(url, body.admin_key, caller.actor)
     return _notice(f"Saved: Membridge at {saved.membridge_server_url}.")
 
 
 @router.post("/membridge/test")
 async def test_membridge(request: Request, caller: Caller) -> Response:
-    tested = await _container(request).membridge.test_connection(actor=caller.id)
+    tested = await _container(request).membridge.test_connection(actor=caller.name)
     if not tested.get("connected"):
         return _notice(f"Not connected: {tested.get('error') or 'no answer'}", kind="error")
     health = tested.get("health")
@@ -247,14 +251,14 @@ async def test_membridge(request: Request, caller: Caller) -> Response:
 
 
 @router.post("/membridge/projects/{cid}/promote")
-async def promote_primary(request: Request, cid: str) -> Response:
+async def promote_primary(request: Request, cid: str, caller: Caller) -> Response:
     form = await _form(request)
     body = {
         "primary_node_id": form.get("primary_node_id", "").strip(),
         "lease_seconds": _number(form, "lease_seconds", 3600),
     }
     path = f"/projects/{quote(cid, safe='')}/leadership/select"
-    answer = await _container(request).membridge.select_leadership(path, cid, body)
+    answer = await _container(request).membridge.select_leadership(path, cid, body, caller.actor)
     if answer.status >= 400:
         return JSON(answer.body, status_code=answer.status)
     return _notice(f"{body['primary_node_id']} is now the primary of {cid}.")
@@ -264,7 +268,7 @@ async def promote_primary(request: Request, cid: str) -> Response:
 
 
 @router.post("/projects")
-async def create_project(request: Request) -> Response:
+async def create_project(request: Request, caller: Caller) -> Response:
     form = await _form(request)
     body = _parse(
         CreateProjectBody,
@@ -275,21 +279,21 @@ async def create_project(request: Request) -> Response:
             "primary_node_id": form.get("primary_node_id", "").strip() or None,
         },
     )
-    project = await _container(request).projects.create(body.new_project())
+    project = await _container(request).projects.create(body.new_project(), caller.actor)
     return _notice(f"Project {project.name} created.")
 
 
 @router.post("/projects/{project_id}/clone")
-async def clone_project(request: Request, project_id: str) -> Response:
+async def clone_project(request: Request, project_id: str, caller: Caller) -> Response:
     form = await _form(request)
     body = _parse(CloneBody, {"node_id": form.get("node_id", "").strip() or None})
-    answer = await _container(request).projects.clone(project_id, body.node_id)
+    answer = await _container(request).projects.clone(project_id, body.node_id, caller.actor)
     return _notice(f"Cloned on {answer['node']}.")
 
 
 @router.post("/projects/{project_id}/propagate")
-async def propagate_project(request: Request, project_id: str) -> Response:
-    answer = await _container(request).projects.propagate(project_id)
+async def propagate_project(request: Request, project_id: str, caller: Caller) -> Response:
+    answer = await _container(request).projects.propagate(project_id, caller.actor)
     results = answer.get("results")
     if results is None:
         return _notice(str(answer["message"]))
@@ -299,8 +303,8 @@ async def propagate_project(request: Request, project_id: str) -> Response:
 
 
 @router.post("/projects/{project_id}/remove")
-async def remove_project(request: Request, project_id: str) -> Response:
-    await _container(request).projects.delete(project_id)
+async def remove_project(request: Request, project_id: str, caller: Caller) -> Response:
+    await _container(request).projects.delete(project_id, caller.actor)
     return _notice("Project deleted (the nodes' checkouts stay).")
 
 

@@ -17,10 +17,11 @@ from bloom.domain.audit import ENTITY_TYPES, AuditAction
 from bloom.domain.errors import BadGateway, NotFound, ServiceError
 from bloom.domain.models import Artifact
 from bloom.domain.paging import Cursor
+from bloom.domain.secrets import last_four
 from bloom.domain.states import TaskStatus, WorkerStatus
 from bloom.domain.usage import UsageGroup
 from bloom.runtime.container import Container
-from bloom.runtime.dashboard import charts
+from bloom.runtime.dashboard import charts, present
 from bloom.runtime.dashboard.templating import render
 from bloom.runtime.services.records import AuditFilter
 from bloom.runtime.services.tasks import TaskFilter
@@ -155,7 +156,7 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "task": task,
         "hold": holds.get(task.agent_slug),
         "live": task.status in LIVE,
-        "policy": json.dumps(task.policy, indent=2, sort_keys=True),
+        "policy": present.policy_items(task.policy),
         "attempts": attempts,
         "results": results,
         "result_by_lease": {r.lease_id: r for r in results if r.lease_id},
@@ -230,6 +231,7 @@ async def membridge_page(request: Request, part: Part = None, project: Text = No
         problem = problem or node_problem
     context = {
         "config": config,
+        "admin_key_shown": last_four(config.admin_key_masked),
         "projects": projects if isinstance(projects, list) else [],
         "problem": problem,
         "chosen": chosen,
@@ -374,6 +376,8 @@ async def settings_page(request: Request, part: Part = None) -> HTMLResponse:
         "keys": await c.credentials.keys(),
         "users": await c.credentials.users(),
         "roles": ["viewer", "worker", "admin"],
+        "open_api": not c.settings.api_key_value,
+        "open_to_network": c.settings.open_to_network,
     }
     return render(
         request,

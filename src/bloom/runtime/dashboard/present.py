@@ -4,6 +4,8 @@ Pure functions, time passed in, so that the templates stay free of arithmetic an
 be tested alone.
 """
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 UNITS = ((86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s"))
@@ -86,6 +88,26 @@ def usd(amount: float | None) -> str:
 
 def percent(ratio: float | None) -> str:
     return "—" if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def policy_items(policy: Mapping[str, object]) -> list[tuple[str, str]]:
+    """A task's policy as (name, value) pairs, by name: `timeout_sec` 120 as `timeout` `2 min`,
+    numbers alike (`0.0` and `0` both `0`), anything nested as JSON, empty values left out."""
+    return [
+        (name.removesuffix("_sec").replace("_", " "), _setting(name, value))
+        for name, value in sorted(policy.items())
+        if value not in (None, "", [], {})
+    ]
+
+
+def _setting(name: str, value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float):
+        if name.endswith("_sec"):
+            return duration(value * 1000)
+        return f"{int(value) if float(value).is_integer() else value:,}"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def as_ms(value: object) -> int | None:

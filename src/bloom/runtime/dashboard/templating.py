@@ -57,7 +57,7 @@ def viewer_of(request: Request) -> Viewer:
         return Viewer(None, "", "", False)
     return Viewer(
         identity.role,
-        identity.id if identity.kind is not Kind.ANONYMOUS else "",
+        identity.name if identity.kind is not Kind.ANONYMOUS else "",
         login.csrf if login else "",
         identity.kind is Kind.USER,
     )

@@ -67,25 +67,30 @@ class AgentOps:
         await self._update(worker.id, _refreshed(worker, data, self.clock()))
         return {"reachable": True, **data}
 
-    async def update(self, worker_id: str, repo_url: str | None) -> dict[str, Any]:
+    async def update(
+        self, worker_id: str, repo_url: str | None, actor: str | None = None
+    ) -> dict[str, Any]:
         worker = await self.agent_of(worker_id)
         data = await self.ask(worker, UPDATE, {"repo_url": repo_url or DEFAULT_REPO_URL})
         version = data.get("version")
         changes = {"agent_version": version} if isinstance(version, str) and version else {}
-        await self._update(worker.id, changes, UPDATE, f"Agent update triggered on {worker.id}")
+        detail = f"Agent update triggered on {worker.id}"
+        await self._update(worker.id, changes, UPDATE, detail, actor)
         return {"status": "updated", **data}
 
-    async def restart(self, worker_id: str) -> dict[str, Any]:
+    async def restart(self, worker_id: str, actor: str | None = None) -> dict[str, Any]:
         worker = await self.agent_of(worker_id)
         data = await self.ask(worker, RESTART, None)
-        await self._update(worker.id, {}, RESTART, f"Agent restart triggered on {worker.id}")
+        detail = f"Agent restart triggered on {worker.id}"
+        await self._update(worker.id, {}, RESTART, detail, actor)
         return {"status": "restarted", **data}
 
-    async def uninstall(self, worker_id: str) -> dict[str, Any]:
+    async def uninstall(self, worker_id: str, actor: str | None = None) -> dict[str, Any]:
         worker = await self.agent_of(worker_id)
         data = await self.ask(worker, UNINSTALL, None)
         gone = {"status": WorkerStatus.OFFLINE, "agent_version": "uninstalled"}
-        await self._update(worker.id, gone, UNINSTALL, f"Agent uninstalled from {worker.id}")
+        detail = f"Agent uninstalled from {worker.id}"
+        await self._update(worker.id, gone, UNINSTALL, detail, actor)
         return {"status": "uninstalled", **data}
 
     async def agent_of(self, worker_id: str) -> Worker:
@@ -132,13 +137,17 @@ class AgentOps:
         changes: dict[str, Any],
         call: Call | None = None,
         detail: str = "",
+        actor: str | None = None,
     ) -> None:
+        """Store `changes`; a `call` audited as `actor`'s (the seed's "admin" when None)."""
         now = self.clock()
         async with self.db.write() as tx:
             if changes:
                 await tx.workers.update(worker_id, changes)
             if call is not None:
-                entry = worker_audit(call.action, worker_id, now=now, actor="admin", detail=detail)
+                entry = worker_audit(
+                    call.action, worker_id, now=now, actor=actor or "admin", detail=detail
+                )
                 await tx.audit.add(entry)
 
 

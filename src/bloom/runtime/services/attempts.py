@@ -13,7 +13,7 @@ import structlog
 from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
 from bloom.domain.audit import AuditAction, task_audit, worker_audit
 from bloom.domain.budget import Crossing
-from bloom.domain.clock import Clock
+from bloom.domain.clock import Clock, utc_text
 from bloom.domain.errors import Conflict, NotFound, ServiceError, Unavailable
 from bloom.domain.ids import new_id
 from bloom.domain.models import Artifact, Completion, Lease, Result, Task
@@ -475,22 +475,26 @@ class AttemptService:
         lease: Lease,
         now: int,
     ) -> None:
+        """One entry for the attempt's end, named for what it made of the task: `task_completed`
+        for a success, else `FAILURE_ACTIONS`' (retry scheduled, failed, dead, cancelled). Empty
+        parts are left out; a time is ISO 8601 UTC."""
         duration = completion.metrics.get("duration_ms")
-        detail = (
-            f"Status: {completion.status}, artifact: {artifact.id if artifact else None}, "
-            f"duration: {duration}ms"
-        )
-        actor = lease.worker_id
-        await tx.audit.add(
-            task_audit(AuditAction.TASK_COMPLETED, task.id, now=now, actor=actor, detail=detail)
-        )
-        if task.status in FAILURE_ACTIONS:
+        status = f"Status: {completion.status}"
+        parts: list[str | None]
+        if task.status == TaskStatus.COMPLETED:
+            action = AuditAction.TASK_COMPLETED
+            parts = [status, f"artifact: {artifact.id}" if artifact else None]
+        else:
+            action = FAILURE_ACTIONS[task.status]
             code = completion.error_code or ErrorCode.ERROR
-            next_detail = f"{code}: {completion.error_message}"
-            if task.not_before:
-                next_detail += f"; retry not before {task.not_before}"
-            await tx.audit.add(
-                task_audit(
-                    FAILURE_ACTIONS[task.status], task.id, now=now, actor=actor, detail=next_detail
-                )
-            )
+            parts = [
+                status + (f" ({code})" if code != completion.status else ""),
+                completion.error_message,
+            ]
+        parts.append(f"duration: {duration}ms" if duration is not None else None)
+        if task.not_before:
+            parts.append(f"retry not before {utc_text(task.not_before)}")
+        detail = ", ".join(part for part in parts if part)
+        await tx.audit.add(
+            task_audit(action, task.id, now=now, actor=lease.worker_id, detail=detail)
+        )

@@ -106,7 +106,7 @@ class ConfigService:
             await tx.settings.put(values)
 
     async def update(
-        self, membridge_server_url: str, admin_key: str, actor: str = "admin"
+        self, membridge_server_url: str, admin_key: str, actor: str | None = None
     ) -> RuntimeConfig:
         now = self.clock()
         values = {URL_KEY: membridge_server_url}
@@ -118,7 +118,7 @@ class ConfigService:
                 config_audit(
                     AuditAction.CONFIG_UPDATED,
                     now=now,
-                    actor=actor,
+                    actor=actor or "admin",
                     detail=f"Updated membridge URL to {without_credentials(membridge_server_url)}",
                 )
             )

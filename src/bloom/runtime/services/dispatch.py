@@ -93,12 +93,20 @@ class Dispatcher:
         self._calls: set[asyncio.Task[None]] = set()
 
     async def dispatch(
-        self, task_id: str, *, worker_id: str | None = None, ttl_sec: int | None = None
+        self,
+        task_id: str,
+        *,
+        worker_id: str | None = None,
+        ttl_sec: int | None = None,
+        actor: str | None = None,
     ) -> Dispatched:
+        """Lease the task to a node's agent and hand it over, the lease and the dispatch audited
+        as `actor`'s (the seed's "router" when None); a failure is the router's."""
+        actor = actor or "router"
         lease, worker = await self.leases.lease(
-            task_id, worker_id=worker_id, ttl_sec=ttl_sec, pushed=True
+            task_id, worker_id=worker_id, ttl_sec=ttl_sec, pushed=True, actor=actor
         )
-        task = await self._dispatched(lease, worker)
+        task = await self._dispatched(lease, worker, actor)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         call = asyncio.create_task(self._call(task, lease, worker, answer))
         self._calls.add(call)
@@ -121,7 +129,7 @@ class Dispatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await call
 
-    async def _dispatched(self, lease: Lease, worker: Worker) -> Task:
+    async def _dispatched(self, lease: Lease, worker: Worker, actor: str) -> Task:
         now = self.clock()
         async with self.db.write() as tx:
             task = await tx.tasks.get(lease.task_id)
@@ -130,7 +138,7 @@ class Dispatcher:
                     AuditAction.TASK_DISPATCHED,
                     lease.task_id,
                     now=now,
-                    actor="router",
+                    actor=actor,
                     detail=f"Task {lease.task_id} dispatched to worker {worker.id}",
                 )
             )

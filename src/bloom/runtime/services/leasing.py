@@ -69,6 +69,7 @@ def _load(worker: Worker, active: int) -> WorkerLoad:
         active_leases=active,
         last_heartbeat=worker.last_heartbeat,
         paused_until=worker.paused_until,
+        ready=worker.ready,
     )
 
 
@@ -93,8 +94,10 @@ class LeaseService:
         worker_id: str | None = None,
         ttl_sec: int | None = None,
         pushed: bool = False,
+        actor: str | None = None,
     ) -> tuple[Lease, Worker]:
-        """Lease a queued task to `worker_id`, or to the worker `pick_worker` chooses.
+        """Lease a queued task to `worker_id`, or to the worker `pick_worker` chooses, audited
+        as `actor`'s (the seed's "router" when None).
 
         `pushed`: the runtime hands it to the worker's agent itself (dispatch), so only a worker
         with an agent URL may take it, and it is delivered already: no claim ever hands it out
@@ -129,7 +132,7 @@ class LeaseService:
             )
             if leased is None:
                 raise Conflict("Task status changed while leasing; expected 'queued'")
-            await self._record_grant(tx, task, lease, now, actor="router")
+            await self._record_grant(tx, task, lease, now, actor=actor or "router")
         self.signal.changed(Wake(0, frozenset({worker.id})))  # its waiting claim takes the lease
         return lease, replace(worker, active_leases=worker.active_leases + 1)
 
@@ -161,6 +164,8 @@ class LeaseService:
                 raise Invalid(f'Worker "{worker_id}" has no URL configured')
             worker = await _counted(tx, locked)
             load = _load(worker, worker.active_leases)
+            if not worker.ready:
+                raise Unavailable(f"Worker '{worker_id}' is not ready (it cannot run Claude)")
             if not load.is_candidate:
                 raise Unavailable(f"Worker '{worker_id}' is not online with a free slot")
             if load.is_paused(now):
@@ -310,8 +315,8 @@ class LeaseService:
         worker, has_assigned = checked_in
         if not worker.claude_cli:
             raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
-        if worker.status != WorkerStatus.ONLINE:
-            return Missed.UNABLE
+        if worker.status != WorkerStatus.ONLINE or not worker.ready:
+            return Missed.UNABLE  # offline, or says it cannot run Claude (no credentials)
         if worker.paused_until is not None and worker.paused_until > now:
             return Missed.UNABLE  # a usage limit: no work, not even a pushed lease, until then
         grants: list[Claimed] = []

@@ -34,7 +34,7 @@ class MembridgeService:
 
     async def test_connection(self, *, actor: str) -> dict[str, Any]:
         """The seed's test: one retry, always an answer, `connected` persisted for the config; a
-        success audited as `actor`'s (the caller's id: an anonymous caller's is its address)."""
+        success audited as `actor`'s (the caller's name: an anonymous caller's is its address)."""
         try:
             response = await self.client.request("GET", "/health", retries=1)
             health = _json(response) if response.is_success else None
@@ -77,7 +77,7 @@ class MembridgeService:
         )
 
     async def select_leadership(
-        self, path: str, canonical_id: str, body: dict[str, Any], actor: str = "admin"
+        self, path: str, canonical_id: str, body: dict[str, Any], actor: str | None = None
     ) -> Forwarded:
         """Forward a primary selection; a successful one is audited."""
         forwarded = await self.forward("POST", path, json=body)
@@ -88,7 +88,7 @@ class MembridgeService:
                         AuditAction.LEADERSHIP_PROMOTE,
                         canonical_id,
                         now=self.clock(),
-                        actor=actor,
+                        actor=actor or "admin",
                         detail=f"Promoted primary to {body.get('primary_node_id') or 'unknown'} "
                         f"for project {canonical_id}",
                     )

@@ -50,7 +50,7 @@ class ProjectService:
         self.membridge = membridge
         self.at_once = at_once
 
-    async def create(self, new: NewProject) -> ManagedProject:
+    async def create(self, new: NewProject, actor: str | None = None) -> ManagedProject:
         """A pending project; Conflict when the name is taken."""
         now = self.clock()
         project = ManagedProject(
@@ -69,7 +69,8 @@ class ProjectService:
             if not await tx.projects.insert_new(project):
                 raise Conflict(f'A project named "{new.name}" exists already')
             detail = f'Created project "{new.name}" with repo {new.repo_url}'
-            await tx.audit.add(self._audit(AuditAction.PROJECT_CREATED, project.id, now, detail))
+            entry = self._audit(AuditAction.PROJECT_CREATED, project.id, now, detail, actor)
+            await tx.audit.add(entry)
         return project
 
     async def find(self) -> list[ManagedProject]:
@@ -87,7 +88,7 @@ class ProjectService:
     async def nodes(self, project_id: str) -> list[ProjectNode]:
         return (await self.get(project_id))[1]
 
-    async def delete(self, project_id: str) -> None:
+    async def delete(self, project_id: str, actor: str | None = None) -> None:
         """The project and its nodes' statuses, in one transaction."""
         now = self.clock()
         async with self.db.write() as tx:
@@ -96,9 +97,12 @@ class ProjectService:
                 raise NotFound("Project not found")
             await tx.projects.delete_nodes(project_id)
             detail = f'Deleted project "{project.name}"'
-            await tx.audit.add(self._audit(AuditAction.PROJECT_DELETED, project_id, now, detail))
+            entry = self._audit(AuditAction.PROJECT_DELETED, project_id, now, detail, actor)
+            await tx.audit.add(entry)
 
-    async def clone(self, project_id: str, node_id: str | None) -> dict[str, Any]:
+    async def clone(
+        self, project_id: str, node_id: str | None, actor: str | None = None
+    ) -> dict[str, Any]:
         """Clone the project onto `node_id` (default: its primary, which the first clone sets);
         `{status: "cloned", node, result}`. The target must be a worker with an agent URL before
         anything changes; an agent that fails leaves project and node `failed` (BadGateway)."""
@@ -119,11 +123,11 @@ class ProjectService:
             await self._settle(project_id, node, failed)
             raise BadGateway(node.error_message)
         detail = f'Cloned "{project.name}" on node {target}'
-        entry = self._audit(AuditAction.PROJECT_CLONED, project_id, self.clock(), detail)
+        entry = self._audit(AuditAction.PROJECT_CLONED, project_id, self.clock(), detail, actor)
         await self._settle(project_id, node, {"clone_status": CloneStatus.CLONED}, entry)
         return {"status": "cloned", "node": target, "result": result}
 
-    async def propagate(self, project_id: str) -> dict[str, Any]:
+    async def propagate(self, project_id: str, actor: str | None = None) -> dict[str, Any]:
         """Clone the project onto every worker with an agent URL (offline ones too) that has no
         checkout of it yet, `at_once` agents at a time, each node's status stored as its call
         ends: `{status: "synced"|"partial", results}`, or `nothing_to_propagate`."""
@@ -159,12 +163,13 @@ class ProjectService:
             "error_message": f"Clone failed on {', '.join(failed)}" if failed else None,
         }
         detail = f"Propagated to {len(nodes) - len(failed)}/{len(nodes)} nodes"
-        entry = self._audit(AuditAction.PROJECT_PROPAGATED, project_id, self.clock(), detail)
+        when = self.clock()
+        entry = self._audit(AuditAction.PROJECT_PROPAGATED, project_id, when, detail, actor)
         await self._settle(project_id, None, changes, entry)
         return {"status": "partial" if failed else "synced", "results": list(map(_outcome, nodes))}
 
     async def sync_memory(
-        self, project_id: str, direction: str, node_id: str | None
+        self, project_id: str, direction: str, node_id: str | None, actor: str | None = None
     ) -> dict[str, Any]:
         """Have Membridge ask the node's agent to push or pull the project's memory:
         `{status: "ok", direction, node, result}`; Membridge's refusal, or a sync that failed
@@ -185,7 +190,7 @@ class ProjectService:
         action = AuditAction(f"memory_sync_{direction}")
         detail = f'Memory {direction} of "{project.name}" on node {target}'
         async with self.db.write() as tx:
-            await tx.audit.add(self._audit(action, project_id, self.clock(), detail))
+            await tx.audit.add(self._audit(action, project_id, self.clock(), detail, actor))
         return {"status": "ok", "direction": direction, "node": target, "result": result}
 
     async def _clone_on(
@@ -224,8 +229,13 @@ class ProjectService:
             if entry is not None:
                 await tx.audit.add(entry)
 
-    def _audit(self, action: AuditAction, project_id: str, now: int, detail: str) -> AuditEntry:
-        return managed_project_audit(action, project_id, now=now, actor=ACTOR, detail=detail)
+    def _audit(
+        self, action: AuditAction, project_id: str, now: int, detail: str, actor: str | None
+    ) -> AuditEntry:
+        """An entry audited as `actor`'s (the seed's "admin" when None)."""
+        return managed_project_audit(
+            action, project_id, now=now, actor=actor or ACTOR, detail=detail
+        )
 
 
 def _node(

@@ -73,18 +73,21 @@ class TaskService:
         self.signal = signal
         self.clock = clock
 
-    async def create(self, new: NewTask, actor: str = "api") -> tuple[Task, bool]:
-        """Queue a task. Returns (task, created); a known idempotency key returns the task it
-        created before, provided the request is the same."""
+    async def create(self, new: NewTask, actor: str | None = None) -> tuple[Task, bool]:
+        """Queue a task, audited as `actor`'s (the seed's "api" when None). Returns (task,
+        created); a known idempotency key returns the task it created before, provided the
+        request is the same."""
         (created,) = await self.create_many([new], actor)
         return created
 
-    async def create_many(self, news: list[NewTask], actor: str = "api") -> list[tuple[Task, bool]]:
+    async def create_many(
+        self, news: list[NewTask], actor: str | None = None
+    ) -> list[tuple[Task, bool]]:
         """Queue tasks in one transaction: all of them, or (on a refusal) none. Each answers as
         `create` would, in order."""
         now = self.clock()
         async with self.db.write() as tx:
-            created = [await self._create(tx, new, now, actor) for new in news]
+            created = [await self._create(tx, new, now, actor or "api") for new in news]
         fresh_tasks = sum(fresh for _, fresh in created)
         if fresh_tasks:
             self.signal.changed(Wake(fresh_tasks))
@@ -175,7 +178,7 @@ class TaskService:
         """The seed's `runs`: the newest tasks."""
         return await self.find(status=None, limit=RUNS_LIMIT)
 
-    async def cancel(self, task_id: str, actor: str = "admin") -> Task:
+    async def cancel(self, task_id: str, actor: str | None = None) -> Task:
         """Queued: cancelled at once. In flight: flagged; the worker learns it from its next
         heartbeat and stops (or the lease lapses and the reaper cancels it)."""
         now = self.clock()
@@ -204,12 +207,12 @@ class TaskService:
                     detail = f"Cancel requested while {task.status} on worker {task.worker_id}"
                 if updated is not None:
                     await tx.audit.add(
-                        task_audit(action, task_id, now=now, actor=actor, detail=detail)
+                        task_audit(action, task_id, now=now, actor=actor or "admin", detail=detail)
                     )
                     return updated
         raise Conflict("Task changed state repeatedly while cancelling; try again")
 
-    async def requeue(self, task_id: str, actor: str = "admin") -> Task:
+    async def requeue(self, task_id: str, actor: str | None = None) -> Task:
         """Put a failed or dead task back in the queue with a fresh attempt budget."""
         now = self.clock()
         async with self.db.write() as tx:
@@ -237,7 +240,7 @@ class TaskService:
                     AuditAction.TASK_REQUEUED,
                     task_id,
                     now=now,
-                    actor=actor,
+                    actor=actor or "admin",
                     detail=f"Requeued from {task.status}",
                 )
             )

@@ -35,9 +35,10 @@ class WorkerService:
         self.clock = clock
 
     async def register(
-        self, reg: Registration, actor: str = "api", *, trusted: bool = True
+        self, reg: Registration, actor: str | None = None, *, trusted: bool = True
     ) -> tuple[Worker, bool]:
-        """Create or update the worker named `reg.name`. Returns (worker, created).
+        """Create or update the worker named `reg.name`, audited as `actor`'s (the seed's "api"
+        when None). Returns (worker, created).
 
         Unlike the seed, fields the request leaves out keep their stored values (re-registering
         without capabilities no longer resets them), and agent metadata is kept, not dropped.
@@ -45,7 +46,7 @@ class WorkerService:
         in `pending_url` for an admin's approval (`url_change`), audited either way. A
         registration that changes nothing audited (`AUDITED_FIELDS`) writes no audit entry.
         """
-        now = self.clock()
+        now, actor = self.clock(), actor or "api"
         given: dict[str, Any] = {
             key: value
             for key, value in {
@@ -116,7 +117,9 @@ class WorkerService:
         self.signal.changed(Wake(1, frozenset({worker.id})))
         return worker, created
 
-    async def approve_url(self, worker_id: str, url: str | None, actor: str = "admin") -> Worker:
+    async def approve_url(
+        self, worker_id: str, url: str | None, actor: str | None = None
+    ) -> Worker:
         """The agent URL the worker (or Membridge) proposed becomes the one the runtime calls.
         `url`, when given, must be the proposal (what the admin saw), else Conflict."""
         now = self.clock()
@@ -132,7 +135,9 @@ class WorkerService:
             approved = await tx.workers.update(worker_id, {"url": pending, "pending_url": None})
             assert approved is not None, "the row is locked"
             await tx.audit.add(
-                _url_audit(AuditAction.WORKER_URL_APPROVED, approved, worker.url, now, actor)
+                _url_audit(
+                    AuditAction.WORKER_URL_APPROVED, approved, worker.url, now, actor or "admin"
+                )
             )
         return approved
 
@@ -152,10 +157,10 @@ class WorkerService:
             active = await tx.leases.list_active_for_worker(worker_id)
         return replace(worker, active_leases=len(active)), active
 
-    async def remove(self, worker_id: str, actor: str = "admin") -> None:
+    async def remove(self, worker_id: str, actor: str | None = None) -> None:
         """Unregister a worker. Its active leases end now and their tasks go back to the queue,
         rather than waiting out their TTL on a worker the operator says is gone."""
-        now = self.clock()
+        now, actor = self.clock(), actor or "admin"
         async with self.db.write() as tx:
             # Worker row first, then its leases: the order every writer keeps (no deadlocks).
             if await tx.workers.lock(worker_id) is None:
