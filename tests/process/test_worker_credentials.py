@@ -68,3 +68,34 @@ def test_a_run_that_cannot_authenticate_fails_at_once_with_the_advice(
     assert "Not logged in" in result["error_message"]
     assert "ANTHROPIC_API_KEY" in result["error_message"]
     assert "/login" not in result["error_message"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_worker_that_waits_gives_the_task_back_and_takes_no_more(
+    stack: Stack, probe: DatabaseProbe
+) -> None:
+    """BLOOM_WORKER_ON_AUTH_FAILURE=wait: the attempt that cannot authenticate is not counted,
+    the task is queued again (not failed), and the worker says it is not ready."""
+    start_worker(
+        stack,
+        "waiter",
+        CLAUDE_CODE_OAUTH_TOKEN="not-read-in-bare-mode",
+        BLOOM_WORKER_ON_AUTH_FAILURE="wait",
+    )
+    assert stack.http.get("/workers/waiter").json()["capabilities"]["ready"] is True
+    task_id = stack.submit("hello")
+    deadline = time.monotonic() + 60
+    while not probe.results() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    [result] = probe.results()
+    assert result["error_code"] == "rate_limited", result
+    assert "Not logged in" in result["error_message"]
+    assert "BLOOM_WORKER_ON_AUTH_FAILURE=wait" in result["error_message"]
+    task = stack.http.get(f"/llm-tasks/{task_id}").json()
+    assert (task["status"], task["attempts"]) == ("queued", 0), (task, stack.logs()[-3000:])
+    capabilities = stack.http.get("/workers/waiter").json()["capabilities"]
+    assert capabilities["ready"] is False
+    assert "takes no task until they change" in capabilities["not_ready"]
+    time.sleep(3)  # past the task's short delay: still not taken again, nor failed
+    task = stack.http.get(f"/llm-tasks/{task_id}").json()
+    assert (task["status"], task["attempts"]) == ("queued", 0), task

@@ -1,8 +1,11 @@
 """The Claude CLI's credentials found without calling a model, and an authentication failure
 classified as not worth retrying."""
 
+import asyncio
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,14 +13,18 @@ from bloom.clients.wire import WorkerInfo
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import TaskStatus
+from bloom.web.settings import SettingsError
+from bloom.worker.agent import Worker
 from bloom.worker.credentials import (
     NO_CREDENTIALS,
     CredentialFacts,
     auth_failure_message,
+    fingerprint,
     missing_credentials,
     probe,
 )
 from bloom.worker.outcome import RunReport, decide
+from bloom.worker.settings import WorkerSettings, load_worker_settings
 from tests.support.worker import claude_binary
 
 
@@ -121,3 +128,58 @@ def test_worker_info_reads_readiness() -> None:
     assert WorkerInfo.from_json(base | {"capabilities": caps}).not_ready == "no key"
     bare = WorkerInfo.from_json(base | {"capabilities": {"ready": False}})
     assert bare.not_ready == "not ready"
+
+
+def test_on_auth_failure_is_fail_or_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BLOOM_WORKER_ON_AUTH_FAILURE", raising=False)
+    assert load_worker_settings().on_auth_failure == "fail"
+    monkeypatch.setenv("BLOOM_WORKER_ON_AUTH_FAILURE", "wait")
+    assert load_worker_settings().on_auth_failure == "wait"
+    monkeypatch.setenv("BLOOM_WORKER_ON_AUTH_FAILURE", "later")
+    with pytest.raises(SettingsError) as raised:
+        load_worker_settings()
+    assert "BLOOM_WORKER_ON_AUTH_FAILURE: Input should be 'fail' or 'wait'" in str(raised.value)
+
+
+def test_the_fingerprint_changes_with_the_credentials(tmp_path: Path) -> None:
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "sk-1"}
+    first = fingerprint(env)
+    assert fingerprint(dict(env)) == first
+    assert "sk-1" not in first
+    assert fingerprint(env | {"ANTHROPIC_API_KEY": "sk-2"}) != first
+    (tmp_path / ".credentials.json").write_text("{}")
+    assert fingerprint(env) != first
+
+
+class Registrations:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def register_worker(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.sent.append(body)
+        return body
+
+
+def test_a_refused_login_keeps_the_worker_not_ready_until_it_changes(tmp_path: Path) -> None:
+    login = tmp_path / ".credentials.json"
+    login.write_text("{}")
+    client = Registrations()
+    environ = {"CLAUDE_CONFIG_DIR": str(tmp_path), "PATH": os.environ.get("PATH", "")}
+    settings = WorkerSettings(name="w1", claude_bin=str(tmp_path / "no-claude"))
+    worker = Worker(settings, client, environ=environ)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await worker.check_credentials()
+        assert worker.not_ready is None
+        await worker.credentials_refused("The Claude CLI could not authenticate (Not logged in)")
+        [sent] = client.sent
+        assert sent["capabilities"]["ready"] is False
+        assert "takes no task until they change" in sent["capabilities"]["not_ready"]
+        await worker.check_credentials()  # the same login: still not ready
+        assert worker.not_ready == sent["capabilities"]["not_ready"]
+        login.write_text('{"claudeAiOauth": {}}')  # logged in again
+        await worker.check_credentials()
+        assert worker.not_ready is None
+        assert worker.refused_credentials is None
+
+    asyncio.run(scenario())

@@ -30,6 +30,9 @@ from bloom.worker.task_run import Pause, TaskRun
 log = structlog.get_logger("bloom.worker")
 
 PRESENCE_SEC = 15.0
+MAX_NOT_READY = 1000
+"""The runtime keeps at most this much of why a worker is not ready."""
+WAITING = "; this worker takes no task until they change (BLOOM_WORKER_ON_AUTH_FAILURE=wait)"
 RETRY_MAX_SEC = 15.0
 
 
@@ -73,6 +76,9 @@ class Worker:
         """Leases dispatched here whose task is being fetched from the runtime (slots taken)."""
         self.not_ready: str | None = None
         """Why this worker cannot run Claude now (no credentials, and what to do), if so."""
+        self.refused_credentials: str | None = None
+        """The fingerprint of the credentials the CLI could not authenticate with, while the
+        worker waits for them to change (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."""
 
     def registration(self, status: str = "online", readiness: bool = True) -> dict[str, Any]:
         """The registration body; with `readiness` (the runtime's, not Membridge's), whether
@@ -159,11 +165,31 @@ class Worker:
         run; say so when they go missing, and when they come back."""
         env = child_environment(self.environ, "default", self.settings.claude_env)
         reason = await asyncio.to_thread(credentials.probe, self.settings.claude_bin, env)
+        if self.refused_credentials is not None:
+            if reason is None and credentials.fingerprint(env) == self.refused_credentials:
+                reason = self.not_ready  # the same credentials the CLI could not use
+            else:
+                self.refused_credentials = None  # gone, or changed: found again, they are back
         if reason and reason != self.not_ready:
             log.warning("claude_not_ready", reason=reason)
         elif reason is None and self.not_ready:
             log.info("claude_ready", worker=self.settings.name)
         self.not_ready = reason
+
+    async def credentials_refused(self, message: str) -> None:
+        """A run could not authenticate and the worker waits for its credentials (instead of
+        failing the task): it registers as not ready, taking no work until `check_credentials`
+        finds its credentials changed, or gone and then back."""
+        env = child_environment(self.environ, "default", self.settings.claude_env)
+        self.refused_credentials = credentials.fingerprint(env)
+        reason = message[: MAX_NOT_READY - len(WAITING)].rstrip(" .") + WAITING
+        if reason != self.not_ready:
+            log.warning("claude_not_ready", reason=reason)
+        self.not_ready = reason
+        try:
+            await self.client.register_worker(self.registration())
+        except (RuntimeUnreachable, RuntimeApiError) as exc:
+            log.warning("presence_failed", error=str(exc))
 
     async def _serve(self) -> None:
         await self.check_credentials()
@@ -269,6 +295,9 @@ class Worker:
                 log.info("worker_paused", seconds=round(self.pause.remaining_sec()))
                 await self._sleep(self.pause.remaining_sec())
                 continue
+            if self.refused_credentials is not None:  # not ready: the runtime grants nothing
+                await self._sleep(PRESENCE_SEC)
+                continue
             claim = asyncio.create_task(
                 self.client.claim(
                     self.settings.name,
@@ -301,7 +330,13 @@ class Worker:
     async def _run(self, grant: Grant) -> None:
         """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
         run = TaskRun(
-            self.settings, self.client, self.conversations, self.pause, grant, self.environ
+            self.settings,
+            self.client,
+            self.conversations,
+            self.pause,
+            grant,
+            self.environ,
+            self.credentials_refused,
         )
         task = asyncio.create_task(run.run())
         self.running.add(grant.task.id)

@@ -8,6 +8,7 @@ or, when none of these is found, when `claude auth status` says so (a login kept
 as macOS's keychain). `missing_credentials` decides from those facts; `probe` gathers them.
 """
 
+import hashlib
 import json
 import re
 import subprocess
@@ -108,6 +109,22 @@ def _cli_logged_in(claude_bin: str, env: Mapping[str, str]) -> bool | None:
         return None
     logged_in = status.get("loggedIn") if isinstance(status, dict) else None
     return logged_in if isinstance(logged_in, bool) else None
+
+
+def fingerprint(env: Mapping[str, str]) -> str:
+    """A digest of where the CLI finds its credentials (the environment's keys, tokens and
+    provider switches, the login file and the settings as last changed): it changes when the
+    credentials do. Only a digest is kept, never a secret."""
+    directory = config_dir(env)
+    parts = [f"{name}={env.get(name, '')}" for name in (*AUTH_VARIABLES, *PROVIDERS)]
+    parts.append(f"CLAUDE_CONFIG_DIR={directory}")
+    for name in (".credentials.json", "settings.json"):
+        try:
+            stat = (directory / name).stat()
+            parts.append(f"{name}:{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            parts.append(f"{name}:-")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 def probe(claude_bin: str, env: Mapping[str, str]) -> str | None:

@@ -3,7 +3,7 @@
 import re
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
@@ -87,6 +87,14 @@ class WorkerSettings(ListenerSettings):
         description="More of the worker's environment for the Claude CLI, beyond the allow-list "
         "(docs/worker.md): names, comma-separated, NAME_* for a prefix. Never the worker's own "
         "secrets.",
+    )
+
+    on_auth_failure: Literal["fail", "wait"] = Field(
+        "fail",
+        validation_alias=_env("BLOOM_WORKER_ON_AUTH_FAILURE"),
+        description="When the Claude CLI cannot authenticate: fail the task at once (fail), or "
+        "give it back to the queue without counting the attempt and take no more work until "
+        "the worker's credentials change (wait).",
     )
 
     lease_ttl_sec: int = Field(

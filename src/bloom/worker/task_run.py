@@ -12,7 +12,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,10 @@ MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
 NO_CONVERSATION = "No conversation found"
 USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
+GIVEN_BACK_DELAY_MS = 1000
+"""A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
+again after this, on a worker whose credentials work."""
+GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
 
@@ -118,8 +122,12 @@ class TaskRun:
         pause: Pause,
         grant: Grant,
         environ: Mapping[str, str] = os.environ,
+        credentials_refused: Callable[[str], Awaitable[None]] | None = None,
     ):
         self.settings = settings
+        self.credentials_refused = credentials_refused
+        """Told (before the attempt is reported) when the CLI could not authenticate and the
+        worker waits for its credentials instead of failing the task."""
         self.client = client
         self.conversations = conversations
         self.pause = pause
@@ -174,6 +182,8 @@ class TaskRun:
             until = outcome.retry_at or int(time.time() * 1000) + USAGE_LIMIT_FALLBACK_MS
             self.pause.until_ms = max(self.pause.until_ms, until)
             outcome = replace(outcome, retry_at=until)
+        if outcome.error_code is ErrorCode.AUTH_FAILED and self.settings.on_auth_failure == "wait":
+            outcome = await self._give_back(outcome)
         await self._report(outcome)
         metrics.attempt_ended(outcome, report.duration_ms)
         self.log.info(
@@ -182,6 +192,21 @@ class TaskRun:
             success=outcome.success,
             error_code=outcome.error_code,
             duration_ms=report.duration_ms,
+        )
+
+    async def _give_back(self, outcome: Outcome) -> Outcome:
+        """An authentication failure, with BLOOM_WORKER_ON_AUTH_FAILURE=wait: the worker stops
+        taking work (it says so before the attempt is reported, so that the task is not handed
+        back to it), and the attempt is reported as a rate limit is, given back without being
+        counted, for a worker whose credentials work."""
+        message = outcome.error_message or "The Claude CLI could not authenticate"
+        if self.credentials_refused is not None:
+            await self.credentials_refused(message)
+        return replace(
+            outcome,
+            error_code=ErrorCode.RATE_LIMITED,
+            error_message=message + GIVEN_BACK,
+            retry_at=int(time.time() * 1000) + GIVEN_BACK_DELAY_MS,
         )
 
     async def _execute(self) -> RunReport:
