@@ -11,11 +11,12 @@ raises on a malformed header. The servers run uvicorn without its own proxy-head
 (which trusts 127.0.0.1 by default), so these functions are the only judges.
 """
 
-import json
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
 from starlette.types import Scope
+
+from bloom.web.listed import listed_items
 
 Network = IPv4Network | IPv6Network
 Address = IPv4Address | IPv6Address
@@ -62,15 +63,8 @@ def client_scheme(scope: Scope, trusted_proxies: Sequence[Network]) -> str:
 def parse_networks(value: object) -> tuple[Network, ...]:
     """Trusted proxies from a setting: a JSON list or comma-separated text of addresses and
     CIDR blocks (`10.0.0.0/8`, `::1`), or a list of them. Raises ValueError naming a bad one."""
-    if isinstance(value, str):
-        text = value.strip()
-        items: object = json.loads(text) if text.startswith("[") else text.split(",")
-    else:
-        items = value
-    if not isinstance(items, Iterable):
-        raise ValueError("expected a list of addresses or networks")
     networks: list[Network] = []
-    for item in items:
+    for item in listed_items(value, "addresses or networks"):
         if isinstance(item, IPv4Network | IPv6Network):
             networks.append(item)
             continue

@@ -14,12 +14,13 @@
   (curl, scripts, the CLI, workers) and the server's own pages are served as before.
 """
 
-import json
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv6Address, ip_address
 from urllib.parse import urlsplit
+
+from bloom.web.listed import listed_items
 
 ALLOWED_HOSTS = "BLOOM_ALLOWED_HOSTS"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -69,15 +70,8 @@ def split_authority(value: bytes | None) -> Authority | None:
 def parse_host_names(value: object) -> tuple[str, ...]:
     """Allowed hosts from a setting: a JSON list or comma-separated text of host names and
     addresses, without ports. Raises ValueError naming a bad one."""
-    if isinstance(value, str):
-        text = value.strip()
-        items: object = json.loads(text) if text.startswith("[") else text.split(",")
-    else:
-        items = value
-    if not isinstance(items, Iterable):
-        raise ValueError("expected a list of host names")
     names: list[str] = []
-    for item in items:
+    for item in listed_items(value, "host names"):
         if not isinstance(item, str):
             raise ValueError(f"not a host name: {item!r}")
         if not item.strip():
