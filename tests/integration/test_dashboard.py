@@ -138,7 +138,7 @@ async def test_creating_a_task_from_the_form(client: httpx.AsyncClient) -> None:
     browser = await admin_browser(client)
     form = (
         "prompt=Say+%3Cb%3Ehi%3C%2Fb%3E&context_id=ctx-9&agent_slug=&desired_format=json"
-        "&priority=5&max_attempts=2&timeout_sec=60&budget=0.5"
+        "&priority=5&max_attempts=2&timeout_sec=60&budget=0.5&stall_sec=&on_stall="
     )
     made = await client.post("/tasks", content=form, headers=browser | HX | FORM)
     assert made.status_code == 200, made.text
@@ -151,7 +151,16 @@ async def test_creating_a_task_from_the_form(client: httpx.AsyncClient) -> None:
         "json",
     )
     assert (task["priority"], task["max_attempts"]) == (5, 2)
-    assert task["policy"] == {"timeout_sec": 60, "budget": 0.5}
+    assert task["policy"] == {"timeout_sec": 60, "budget": 0.5}  # stalls: the runtime's say
+    watched = await client.post(
+        "/tasks",
+        content="prompt=x&context_id=c&stall_sec=300&on_stall=retry",
+        headers=browser | HX | FORM,
+    )
+    watched_id = watched.headers["hx-redirect"].removeprefix("/tasks/")
+    shown = await client.get(f"{API}/llm-tasks/{watched_id}", headers={HEADER: ADMIN_KEY})
+    policy = shown.json()["policy"]
+    assert (policy["stall_sec"], policy["on_stall"]) == (300, "retry")
     page = await client.get(f"/tasks/{task_id}", headers=browser)
     assert "Say &lt;b&gt;hi&lt;/b&gt;" in page.text
     assert "<b>hi</b>" not in page.text
@@ -164,6 +173,11 @@ async def test_creating_a_task_from_the_form(client: httpx.AsyncClient) -> None:
     )
     assert bad.status_code == 400
     assert "priority" in bad.json()["error"]["fieldErrors"]
+    unwatched = await client.post(
+        "/tasks", content="prompt=x&context_id=c&stall_sec=5", headers=browser | HX | FORM
+    )
+    assert unwatched.status_code == 400
+    assert "stall_sec" in str(unwatched.json()["error"]["fieldErrors"]["policy"])
 
 
 async def test_task_list_filters_and_keyset_pages(client: httpx.AsyncClient) -> None:

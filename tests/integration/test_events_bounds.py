@@ -52,7 +52,7 @@ def totals(probe: DatabaseProbe, task_id: str) -> dict[str, Any]:
 
 
 async def test_events_beyond_the_limit_are_dropped_with_one_marker_and_the_run_goes_on(
-    client: httpx.AsyncClient, probe: DatabaseProbe
+    client: httpx.AsyncClient, probe: DatabaseProbe, clock: FakeClock
 ) -> None:
     grant = await leased_task(client)
     task_id, lease_id = grant["task"]["id"], grant["lease"]["id"]
@@ -66,6 +66,7 @@ async def test_events_beyond_the_limit_are_dropped_with_one_marker_and_the_run_g
     crossing = await post_events(client, task_id, lease_id, second)
     assert crossing.status_code == 200, crossing.text  # the worker's attempt goes on
     assert crossing.json() == {"task_id": task_id, "last_seq": 10 + kept + 1, "accepted": kept}
+    clock.advance(5)  # events dropped past the limit are output too: they date the newest
     after = await post_events(client, task_id, lease_id, third)
     assert after.json() == {"task_id": task_id, "last_seq": 10 + kept + 1, "accepted": 0}
     heartbeat = await client.post(
@@ -92,6 +93,7 @@ async def test_events_beyond_the_limit_are_dropped_with_one_marker_and_the_run_g
         "dropped_events": len(dropped),
         "dropped_bytes": sum(map(size, dropped)),
         "marker_seq": 10 + kept + 1,
+        "last_at": clock.now,
     }
 
     output = "the whole answer " * 20_000  # far beyond the events' limit

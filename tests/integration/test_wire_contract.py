@@ -52,8 +52,9 @@ async def membridge(
         await client.close()
 
 
-WHEN_SO = {"hold"}
-"""Fields the server sends only when they apply (a held task's `hold`): tested where they do."""
+WHEN_SO = {"hold", "stall"}
+"""Fields the server sends only when they apply (a held task's `hold`, a stalled one's `stall`):
+tested where they do."""
 
 
 def sent_every_field(value: Any, raw: Mapping[str, Any]) -> bool:
@@ -69,12 +70,21 @@ async def test_a_lifecycle_parses_into_the_wire_types(
     assert (worker.id, worker.status, worker.labels) == ("w1", WorkerStatus.ONLINE, ("gpu",))
     assert worker.capabilities["max_concurrency"] == 2
     body = task_body(
-        "hi", context="c1", timeout=60, budget=0.5, priority=5, hints=["a.md"], idempotency_key="k1"
+        "hi",
+        context="c1",
+        timeout=60,
+        budget=0.5,
+        priority=5,
+        hints=["a.md"],
+        idempotency_key="k1",
+        stall_sec=300,
+        on_stall="retry",
     )
     created = await runtime.create_task(body)
     assert created.status is TaskStatus.QUEUED
     assert (created.context_id, created.agent_slug, created.prompt) == ("c1", "default", "hi")
     assert (created.policy.timeout_sec, created.policy.budget) == (60, 0.5)
+    assert (created.policy.stall_sec, created.policy.on_stall) == (300, "retry")
     assert (created.priority, created.context_hints, created.idempotency_key) == (
         5,
         ("a.md",),

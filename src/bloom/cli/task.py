@@ -12,6 +12,13 @@ from bloom.cli.output import fail, print_json
 from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out
 from bloom.clients.wire import ArtifactInfo, TaskInfo
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
+from bloom.domain.stall import (
+    DEFAULT_STALL_SEC,
+    MAX_STALL_SEC,
+    MIN_STALL_SEC,
+    OnStall,
+    stall_sec_problem,
+)
 from bloom.domain.states import TaskStatus
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
@@ -44,6 +51,8 @@ def task_body(
     hints: list[str] | None = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    stall_sec: int | None = None,
+    on_stall: str | None = None,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -57,6 +66,10 @@ def task_body(
         policy["timeout_sec"] = timeout
     if budget is not None:
         policy["budget"] = float(budget)
+    if stall_sec is not None:
+        policy["stall_sec"] = stall_sec
+    if on_stall is not None:
+        policy["on_stall"] = on_stall
     if policy:
         body["policy"] = policy
     if hints:
@@ -106,6 +119,22 @@ def submit(
     max_attempts: Annotated[
         int | None, typer.Option(min=1, max=10, help="Attempts before it is dead (3).")
     ] = None,
+    stall_sec: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=MAX_STALL_SEC,
+            help=f"Seconds the run may print nothing before it is stalled: 0 (never) or "
+            f"{MIN_STALL_SEC}..{MAX_STALL_SEC} (the runtime's BLOOM_STALL_SEC, "
+            f"{DEFAULT_STALL_SEC} unless set).",
+        ),
+    ] = None,
+    on_stall: Annotated[
+        OnStall | None,
+        typer.Option(
+            help="When it stalls: flag it (shown, audited) or retry (stop it, run it again) (flag)."
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -122,6 +151,9 @@ def submit(
         prompt = sys.stdin.read()
     if not prompt.strip():
         fail("the prompt is empty", 2)
+    problem = None if stall_sec is None else stall_sec_problem(stall_sec)
+    if problem:
+        fail(f"--stall-sec: {problem}", 2)
     body = task_body(
         prompt,
         context=context,
@@ -133,6 +165,8 @@ def submit(
         hints=hint,
         idempotency_key=idempotency_key,
         max_attempts=max_attempts,
+        stall_sec=stall_sec,
+        on_stall=on_stall.value if on_stall is not None else None,
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))

@@ -10,7 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from bloom.cli.remote import ago, styled_status, when
-from bloom.clients.wire import ArtifactInfo, HoldInfo, TaskInfo
+from bloom.clients.wire import ArtifactInfo, HoldInfo, Policy, StallInfo, TaskInfo
+from bloom.domain.stall import silence
 from bloom.domain.states import TERMINAL
 
 
@@ -59,7 +60,7 @@ def print_task(
         ("format", task.desired_format),
         ("priority", str(task.priority)),
         ("attempts", f"{task.attempts} of {task.max_attempts}"),
-        ("policy", f"timeout {policy.timeout_sec}s, budget ${_amount(policy.budget)}"),
+        ("policy", _policy_text(policy)),
         ("worker", escape(task.worker_id or "-")),
         ("lease", task.lease_id or "-"),
         ("session", escape(task.session_id or "-")),
@@ -68,6 +69,8 @@ def print_task(
     ]
     if task.hold is not None:
         rows.append(("waits", _hold_text(task.hold)))
+    if task.stall is not None:
+        rows.append(("stalled", _stall_text(task.stall)))
     if task.not_before:
         rows.append(("not before", when(task.not_before)))
     if task.context_hints:
@@ -90,6 +93,24 @@ def print_task(
 def _amount(usd: float) -> str:
     """`0`, `0.5`, `12`: dollars as people write them."""
     return f"{usd:g}"
+
+
+def _policy_text(policy: Policy) -> str:
+    """`timeout 120s, budget $0`, and what it says of stalls when it says anything."""
+    text = f"timeout {policy.timeout_sec}s, budget ${_amount(policy.budget)}"
+    if policy.stall_sec is not None:
+        text += ", stall " + (f"{policy.stall_sec}s" if policy.stall_sec else "off")
+    if policy.on_stall is not None:
+        text += f", on stall {escape(policy.on_stall)}"
+    return text
+
+
+def _stall_text(stall: StallInfo) -> str:
+    now = time.time_ns() // 1_000_000
+    return (
+        f"[yellow]no output for {silence(now - stall.silent_since)} on worker "
+        f"{escape(stall.worker_id)} (found {ago(stall.stalled_at, now)}; heartbeats go on)[/]"
+    )
 
 
 def _hold_text(hold: HoldInfo) -> str:

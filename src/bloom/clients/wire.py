@@ -20,10 +20,13 @@ Raw = Mapping[str, Any]
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """What one attempt may spend: seconds, and USD (0: no budget)."""
+    """What one attempt may spend: seconds, and USD (0: no budget); and how long its run may
+    print nothing, and what then (None: the runtime's default, `flag`)."""
 
     timeout_sec: int = DEFAULT_TIMEOUT_SEC
     budget: float = 0.0
+    stall_sec: int | None = None
+    on_stall: str | None = None
 
     @classmethod
     def from_json(cls, data: Raw, where: str = "") -> Self:
@@ -31,6 +34,29 @@ class Policy:
         return cls(
             timeout_sec=fields.optional_integer("timeout_sec") or DEFAULT_TIMEOUT_SEC,
             budget=fields.number("budget", 0.0),
+            stall_sec=fields.optional_integer("stall_sec"),
+            on_stall=fields.optional_text("on_stall"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StallInfo:
+    """A running task's attempt found stalled: its lease and worker, when it was found so, and
+    since when it has printed nothing (epoch ms)."""
+
+    lease_id: str
+    worker_id: str
+    stalled_at: int
+    silent_since: int
+
+    @classmethod
+    def from_json(cls, data: Raw, where: str = "") -> Self:
+        fields = Fields(data, where)
+        return cls(
+            lease_id=fields.text("lease_id"),
+            worker_id=fields.text("worker_id"),
+            stalled_at=fields.integer("stalled_at"),
+            silent_since=fields.integer("silent_since"),
         )
 
 
@@ -73,6 +99,7 @@ class TaskInfo:
     last_error: str | None = None
     session_id: str | None = None
     hold: HoldInfo | None = None
+    stall: StallInfo | None = None
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -100,6 +127,7 @@ class TaskInfo:
             last_error=fields.optional_text("last_error"),
             session_id=fields.optional_text("session_id"),
             hold=fields.optional_nested("hold", HoldInfo.from_json),
+            stall=fields.optional_nested("stall", StallInfo.from_json),
             raw=fields.data,
         )
 
@@ -117,6 +145,7 @@ class LeaseInfo:
     ttl_seconds: int
     last_heartbeat: int
     context_id: str | None
+    stalled_at: int | None = None
 
     @classmethod
     def from_json(cls, data: Raw, where: str = "") -> Self:
@@ -131,6 +160,7 @@ class LeaseInfo:
             ttl_seconds=fields.integer("ttl_seconds"),
             last_heartbeat=fields.integer("last_heartbeat"),
             context_id=fields.optional_text("context_id"),
+            stalled_at=fields.optional_integer("stalled_at"),
         )
 
 

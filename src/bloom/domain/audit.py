@@ -18,6 +18,7 @@ class AuditAction(StrEnum):
     TASK_CANCELLED = "task_cancelled"
     TASK_CANCEL_REQUESTED = "task_cancel_requested"
     TASK_REQUEUED = "task_requeued"
+    TASK_STALLED = "task_stalled"
     TASK_DISPATCHED = "task_dispatched"
     DISPATCH_FAILED = "dispatch_failed"
     AGENT_UPDATED = "agent_updated"

@@ -60,6 +60,8 @@ class Lease:
     context_id: str | None
     claimed_at: int | None = None
     ended_at: int | None = None
+    stalled_at: int | None = None
+    """When its run was found silent past its `stall_sec` (`stall.py`); cleared by new output."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,11 @@ def task_view(task: TaskInfo) -> dict[str, Any]:
             f"project {task.hold.project} has spent its budget; queued until "
             f"{utc_minute(task.hold.until)}"
         )
+    if task.stall is not None:
+        view["stalled"] = (
+            f"no output since {utc_minute(task.stall.silent_since)} on worker "
+            f"{task.stall.worker_id}, though it heartbeats"
+        )
     return view
 
 

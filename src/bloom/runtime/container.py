@@ -190,7 +190,7 @@ def build_container(
         sticky_wait_ms=int(settings.sticky_wait_sec * 1000),
         worker_live_ms=int(settings.worker_live_sec * 1000),
     )
-    reaper = LeaseReaper(db, signal, clock)
+    reaper = LeaseReaper(db, signal, clock, stall_sec=settings.stall_sec)
     config = ConfigService(
         db,
         clock,
@@ -226,7 +226,7 @@ def build_container(
         settings=settings,
         db=db,
         signal=signal,
-        tasks=TaskService(db, signal, clock),
+        tasks=TaskService(db, signal, clock, lease_settings),
         leases=leases,
         attempts=AttemptService(
             db, signal, clock, stores[settings.artifact_store], retry, releases
@@ -287,7 +287,15 @@ def build_container(
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)
         container.loops.append(PeriodicLoop("audit_export", container.audit_export.step, check_sec))
     if is_postgres:
+
+        async def listening() -> None:
+            """Notifications may have been lost before: look again for what they announced."""
+            event_signal.wake(None)
+            await container.leases.wake_if_ready()
+
         container.loops.append(
-            QueueListener(db.target, signal.wake, origin=origin, on_events=event_signal.wake)
+            QueueListener(
+                db.target, signal.wake, listening, origin=origin, on_events=event_signal.wake
+            )
         )
     return container

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bloom.domain.models import MAX_CLAIM_WAIT_SEC
+from bloom.domain.stall import DEFAULT_STALL_SEC, MAX_STALL_SEC, MIN_STALL_SEC, stall_sec_problem
 from bloom.objects.settings import ObjectStoreSettings
 from bloom.web.settings import (
     ServerSettings,
@@ -97,6 +98,15 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     )
     reaper_interval_sec: float = Field(
         30.0, gt=0, validation_alias=bloom_env("REAPER_INTERVAL_SEC")
+    )
+    stall_sec: int = Field(
+        DEFAULT_STALL_SEC,
+        ge=0,
+        le=MAX_STALL_SEC,
+        validation_alias=bloom_env("STALL_SEC"),
+        description="A running task's CLI printing nothing for longer is stalled (shown, "
+        "counted, audited; retried under its policy's on_stall: retry), unless its policy's "
+        f"stall_sec says otherwise; 0 or {MIN_STALL_SEC}..{MAX_STALL_SEC}, 0 turns it off.",
     )
     sticky_wait_sec: float = Field(30.0, ge=0, validation_alias=bloom_env("STICKY_WAIT_SEC"))
     worker_live_sec: float = Field(60.0, gt=0, validation_alias=bloom_env("WORKER_LIVE_SEC"))
@@ -235,6 +245,14 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
         description="Password checks (scrypt, ~40 ms of CPU each) run in at most this many "
         "threads at a time, off the event loop; more wait their turn.",
     )
+
+    @field_validator("stall_sec")
+    @classmethod
+    def _stall_sec(cls, value: int) -> int:
+        problem = stall_sec_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("rate_limit_storage")
     @classmethod

@@ -40,4 +40,9 @@ def gauges(snapshot: Snapshot) -> CollectorRegistry:
     leases = GaugeMetricFamily(
         "bloom_leases_active", "Active leases.", value=snapshot.leases_active
     )
-    return families(tasks, workers, free, leases)
+    stalled = GaugeMetricFamily(
+        "bloom_leases_stalled",
+        "Active leases whose run is stalled: no output past its stall_sec, heartbeats going on.",
+        value=snapshot.leases_stalled,
+    )
+    return families(tasks, workers, free, leases, stalled)

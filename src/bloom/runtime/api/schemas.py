@@ -34,6 +34,7 @@ from bloom.domain.models import (
 )
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
+from bloom.domain.stall import MAX_STALL_SEC, MIN_STALL_SEC, OnStall, stall_sec_problem
 from bloom.domain.states import ResultStatus, WorkerStatus
 from bloom.domain.usage import MAX_MODEL_CHARS, UsageGroup, UsageRow, UsageSums
 from bloom.runtime.services.events import (
@@ -74,6 +75,27 @@ class Body(BaseModel):
 class PolicyBody(Body):
     timeout_sec: StrictInt = Field(DEFAULT_TIMEOUT_SEC, ge=1, le=3600)
     budget: Amount = Field(0, description="USD; 0 means no budget.")
+    stall_sec: Annotated[StrictInt, Field(ge=0, le=MAX_STALL_SEC)] | None = Field(
+        None,
+        description=f"A run printing nothing for longer is stalled: 0 (never) or "
+        f"{MIN_STALL_SEC}..{MAX_STALL_SEC}. Absent: the runtime's BLOOM_STALL_SEC.",
+    )
+    on_stall: OnStall | None = Field(
+        None, description="flag (absent: only noticed) or retry (stopped, and the task retried)."
+    )
+
+    @field_validator("stall_sec")
+    @classmethod
+    def _stall_sec(cls, value: int | None) -> int | None:
+        problem = None if value is None else stall_sec_problem(value)
+        if problem:
+            raise PydanticCustomError("stall_sec", problem)
+        return value
+
+    def stored(self) -> dict[str, Any]:
+        """The policy as the task keeps it: what was not given about stalls left out (the
+        runtime's default then applies when the run is watched)."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 class CreateTaskBody(Body):
@@ -102,7 +124,7 @@ class CreateTaskBody(Body):
             agent_slug=self.agent_slug,
             prompt=self.prompt,
             context_hints=self.context_hints,
-            policy=self.policy.model_dump(),
+            policy=self.policy.stored(),
             desired_format=self.desired_format,
             max_attempts=self.max_attempts,
             priority=self.priority,

@@ -1,12 +1,13 @@
 """LLM tasks: create (one or a batch), read, cancel, requeue."""
 
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Budgets, Caller, Tasks
+from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks
 from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
@@ -61,10 +62,16 @@ async def list_tasks(
 
 
 @router.get("/llm-tasks/{task_id}", response_model=Task, summary="One task")
-async def get_task(task_id: str, tasks: Tasks, budgets: Budgets) -> JSON:
+async def get_task(task_id: str, tasks: Tasks, budgets: Budgets, records: Records) -> JSON:
     """A queued task whose project's budget is spent carries `hold`: `{project, until,
-    reason: "budget_exhausted"}` (it waits, nothing failed)."""
-    return JSON((await budgets.with_holds([await tasks.get(task_id)]))[0])
+    reason: "budget_exhausted"}` (it waits, nothing failed). A running task whose attempt has
+    printed nothing past its `stall_sec` carries `stall`: `{lease_id, worker_id, stalled_at,
+    silent_since}`."""
+    task = await tasks.get(task_id)
+    stall = await records.stall(task)
+    if stall is not None:
+        return JSON(asdict(task) | {"stall": stall})
+    return JSON((await budgets.with_holds([task]))[0])
 
 
 @router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")

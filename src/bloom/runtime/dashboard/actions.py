@@ -59,13 +59,14 @@ def _parse(model: type[Model], data: dict[str, Any]) -> Model:
     """The API's body rules applied to a form: its 400 answer when they refuse."""
     try:
         return model.model_validate(data)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors()) from None
+    except ValidationError as exc:  # located as the API's, so nested fields are named alike
+        errors = [error | {"loc": ("body", *error["loc"])} for error in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
-def _number(form: dict[str, str], name: str, default: int) -> int | str:
-    """A whole number from a form field; the raw text when it is not one (the body rules then
-    refuse it by name)."""
+def _number(form: dict[str, str], name: str, default: int | None) -> int | str | None:
+    """A whole number from a form field (`default` when empty); the raw text when it is not one
+    (the body rules then refuse it by name)."""
     raw = form.get(name, "").strip()
     if not raw:
         return default
@@ -109,6 +110,8 @@ async def create_task(request: Request, caller: Caller) -> Response:
             "policy": {
                 "timeout_sec": _number(form, "timeout_sec", 120),
                 "budget": _decimal(form, "budget"),
+                "stall_sec": _number(form, "stall_sec", None),  # empty: the runtime's default
+                "on_stall": form.get("on_stall") or None,
             },
         },
     )

@@ -128,6 +128,7 @@ async def tasks_page(
         "dispatchable": any(w.url and w.status is WorkerStatus.ONLINE for w in workers),
         "holds": await c.budgets.holds(),
         "default_context": f"ctx-{now}",
+        "stall_sec": c.settings.stall_sec,
     }
     return render(
         request, "tasks.html", context_, now=now, part=part, parts=frozenset({"task_rows"})
@@ -158,6 +159,7 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "live": task.status in LIVE,
         "policy": present.policy_items(task.policy),
         "attempts": attempts,
+        "stall": await c.records.stall(task),
         "results": results,
         "result_by_lease": {r.lease_id: r for r in results if r.lease_id},
         "artifacts": [(a, await _inline(c, a)) for a in artifacts],

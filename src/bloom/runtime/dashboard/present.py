@@ -104,6 +104,8 @@ def _setting(name: str, value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int | float):
+        if name == "stall_sec" and value == 0:
+            return "off"
         if name.endswith("_sec"):
             return duration(value * 1000)
         return f"{int(value) if float(value).is_integer() else value:,}"

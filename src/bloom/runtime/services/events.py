@@ -10,6 +10,9 @@ is dropped, once, with one `truncated` event saying how much and the limit (its 
 to date), and the append still succeeds, so the run goes on. Each caller follows at most
 `streams_per_caller` streams at a time in this process, and events of ended tasks are deleted
 once older than the retention.
+
+Every append with events, stored or dropped, is output: it dates the task's newest (`last_at`,
+by which the reaper finds a run stalled, `bloom.domain.stall`) and ends its attempt's stall.
 """
 
 import re
@@ -206,10 +209,12 @@ class EventService:
                     now=now,
                 )
             total = await tx.events.count(
-                task_id, stored=sum(sizes[:kept]), dropped=dropped, marker_seq=marker_seq
+                task_id, stored=sum(sizes[:kept]), dropped=dropped, marker_seq=marker_seq, now=now
             )
             if tally.marker_seq is not None:  # truncated before: its marker counts this too
                 await tx.events.rewrite(task_id, tally.marker_seq, marker(limit, total))
+            if lease.stalled_at is not None:  # found stalled, and printing again
+                await tx.leases.unstall(lease.id)
         if stored:
             self.signal.changed(task_id)
         return Appended(task_id, tally.last_seq + len(stored), kept)

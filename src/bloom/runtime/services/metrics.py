@@ -8,6 +8,7 @@ from prometheus_client import Counter, Histogram
 from bloom.domain.budget import Crossing
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
+from bloom.domain.stall import OnStall
 from bloom.domain.states import TaskStatus, WorkerStatus
 from bloom.domain.usage import Usage
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -39,6 +40,12 @@ REAPER_ACTIONS = Counter(
     "bloom_reaper_actions_total",
     "What the reaper did with the task of an expired lease.",
     ["action"],
+)
+TASK_STALLS = Counter(
+    "bloom_task_stalls_total",
+    "Runs found stalled (no output past their stall_sec while heartbeating), by what was done: "
+    "flag (noticed) or retry (stopped, the task retried).",
+    ["on_stall"],
 )
 CLAIM_SECONDS = Histogram(
     "bloom_claim_seconds",
@@ -126,6 +133,11 @@ def lease_reaped(next_status: TaskStatus | None) -> None:
         ).inc()
 
 
+def run_stalled(on_stall: OnStall) -> None:
+    """The reaper found a run stalled and did `on_stall`."""
+    TASK_STALLS.labels(str(on_stall)).inc()
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The database's state, for gauges."""
@@ -134,6 +146,7 @@ class Snapshot:
     workers: dict[str, int]
     free_slots: int
     leases_active: int
+    leases_stalled: int
 
 
 class MetricsService:
@@ -146,7 +159,7 @@ class MetricsService:
             tasks = await tx.tasks.count_by_status()
             workers = await tx.workers.find()
             active = await tx.leases.active_counts()
-            _, leases_active = await tx.leases.totals()
+            leases_active, leases_stalled = await tx.leases.active_and_stalled()
         now = self.clock()
         by_status = {str(status): 0 for status in WorkerStatus}
         free = 0
@@ -165,4 +178,5 @@ class MetricsService:
             workers=by_status,
             free_slots=free,
             leases_active=leases_active,
+            leases_stalled=leases_stalled,
         )

@@ -1,4 +1,10 @@
-"""Reaping lost leases: the reaper's pass, and returning a task whose lease is gone to the queue."""
+"""Reaping lost leases: the reaper's pass, and returning a task whose lease is gone to the queue.
+
+The same pass notices stalled runs (`bloom.domain.stall`): live leases whose CLI has printed
+nothing for longer than their task's `stall_sec`. Each is marked (`stalled_at`), audited and
+counted once; under `on_stall: retry` its lease also ends (failed) and its task goes back as a
+lost lease's does, the attempt counted, so the worker's next heartbeat is refused (409) and it
+stops its CLI."""
 
 import structlog
 
@@ -6,9 +12,10 @@ from bloom.domain.audit import AuditAction, lease_audit, leases_audit, task_audi
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
+from bloom.domain.stall import DEFAULT_STALL_SEC, OnStall, StallPolicy, is_stalled, silence
 from bloom.domain.states import IN_FLIGHT, TaskStatus
 from bloom.runtime.services import metrics
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 log = structlog.get_logger(__name__)
@@ -78,17 +85,28 @@ class LeaseReaper:
     """Expires overdue leases and returns their tasks. Each pass is one transaction, and on
     PostgreSQL an advisory lock keeps passes of several replicas from overlapping."""
 
-    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, batch: int = 500):
+    def __init__(
+        self,
+        db: RuntimeDatabase,
+        signal: QueueSignal,
+        clock: Clock,
+        batch: int = 500,
+        stall_sec: int = DEFAULT_STALL_SEC,
+    ):
+        """`stall_sec`: a run's silence that stalls it when its policy does not say (0: none)."""
         self.db = db
         self.signal = signal
         self.clock = clock
         self.batch = batch
+        self.stall_sec = stall_sec
 
     async def reap_once(self) -> int:
-        """Expire up to one batch of overdue leases; returns how many expired."""
+        """Expire up to one batch of overdue leases, and notice up to one batch of stalled
+        runs; returns how many leases expired."""
         now = self.clock()
         lapsed: list[Lease] = []
         outcomes: list[TaskStatus | None] = []
+        stalls: list[OnStall] = []
         async with self.db.write() as tx:
             if not await tx.try_singleton_lock(REAPER_LOCK_KEY):
                 return 0
@@ -110,12 +128,50 @@ class LeaseReaper:
                     tx, lease, now, actor="reaper", reason="Lease expired"
                 )
                 outcomes.append(released.status if released is not None else None)
+            stalls = await self._notice_stalls(tx, now)
         for outcome in outcomes:
             metrics.lease_reaped(outcome)
+        for action in stalls:
+            metrics.run_stalled(action)
         if lapsed:
             await self._mark_silent_workers(lapsed, now)
-            self.signal.changed()
+        # the tasks back in the queue (a retried stall's may be dead: a claim looks in vain)
+        requeued = outcomes.count(TaskStatus.QUEUED) + stalls.count(OnStall.RETRY)
+        if requeued:
+            self.signal.changed(Wake(requeued))
         return len(lapsed)
+
+    async def _notice_stalls(self, tx: Repositories, now: int) -> list[OnStall]:
+        """Mark, audit and (`on_stall: retry`) stop the runs found stalled; what was done to
+        each."""
+        noticed: list[OnStall] = []
+        for silent in await tx.leases.silent(now, self.stall_sec, self.batch):
+            policy = StallPolicy.of(silent.policy, self.stall_sec)
+            if not is_stalled(now, silent.since, policy):  # the query's rule, as the domain says
+                continue
+            stop = policy.on_stall is OnStall.RETRY
+            lease = await tx.leases.mark_stalled(silent.lease.id, now, stop=stop)
+            if lease is None:  # ended or renewed away since we listed it
+                continue
+            quiet = silence(now - silent.since)
+            done = "its attempt is stopped and the task retried" if stop else "flagged"
+            await tx.audit.add(
+                task_audit(
+                    AuditAction.TASK_STALLED,
+                    lease.task_id,
+                    now=now,
+                    actor="reaper",
+                    detail=f"Worker {lease.worker_id} has printed nothing for {quiet} on lease "
+                    f"{lease.id} while its heartbeats go on (stall_sec {policy.stall_sec}): "
+                    f"{done}",
+                )
+            )
+            if stop:
+                await release_task_of_lost_lease(
+                    tx, lease, now, actor="reaper", reason=f"Stalled: no output for {quiet}"
+                )
+            noticed.append(policy.on_stall)
+        return noticed
 
     async def _mark_silent_workers(self, lapsed: list[Lease], now: int) -> None:
         """A worker silent since its lapsed lease's last heartbeat is presumed gone: offline

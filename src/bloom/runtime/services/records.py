@@ -1,5 +1,5 @@
 """Read-side use-cases over the records the engine keeps: artifacts, audit (and a filtered page of
-it), leases, a task's attempts and results, stats."""
+it), leases, a task's attempts, results and stall, stats."""
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from bloom.artifacts import ArtifactStore, ContentMissing, StoreUnavailable
 from bloom.artifacts.store import content_size, open_content
 from bloom.domain.errors import NotFound, Unavailable
-from bloom.domain.models import Artifact, AuditEntry, Lease, Result
+from bloom.domain.models import Artifact, AuditEntry, Lease, Result, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
+from bloom.domain.stall import Stall
+from bloom.domain.states import TaskStatus
 from bloom.runtime.services.attempts import STORE_RETRY_AFTER_SEC
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
@@ -76,6 +78,13 @@ class RecordService:
         """The task's leases, oldest first (empty for an unknown task)."""
         async with self.db.read() as tx:
             return await tx.leases.of_task(task_id)
+
+    async def stall(self, task: Task) -> Stall | None:
+        """The stall of `task`'s running attempt: found stalled, and silent since."""
+        if task.status is not TaskStatus.RUNNING or task.lease_id is None:
+            return None
+        async with self.db.read() as tx:
+            return await tx.leases.stall_of(task.lease_id)
 
     async def results(self, task_id: str) -> list[Result]:
         """The task's results, oldest first (empty for an unknown task)."""

@@ -92,6 +92,7 @@ leases = Table(
     # ours
     Column("claimed_at", BigInteger),
     Column("ended_at", BigInteger),
+    Column("stalled_at", BigInteger),  # when the run was found silent past its stall_sec
 )
 Index(
     "ix_leases_active_worker",
@@ -164,6 +165,7 @@ task_event_totals = Table(
     Column("dropped_events", BigInteger, nullable=False, server_default="0"),
     Column("dropped_bytes", BigInteger, nullable=False, server_default="0"),
     Column("marker_seq", Integer),
+    Column("last_at", BigInteger),  # the newest event's arrival, stored or dropped
 )
 
 runtime_artifacts = Table(

@@ -1,5 +1,5 @@
 """SQL for `task_events`: a task's live output, appended in batches, read in order, pruned when
-old; and `task_event_totals`, what each task stored and dropped.
+old; and `task_event_totals`, what each task stored and dropped, and when its newest arrived.
 
 A batch is one INSERT … SELECT over the batch as a JSON array (PostgreSQL's
 `jsonb_array_elements … WITH ORDINALITY`, SQLite's `json_each`), so 500 events cost one round
@@ -70,7 +70,11 @@ def _counts() -> dict[str, Any]:
         added = {name: tot.c[name] + row.excluded[name] for name in _ADDED}
         counts[kind] = row.on_conflict_do_update(
             index_elements=[tot.c.task_id],
-            set_=added | {"marker_seq": func.coalesce(tot.c.marker_seq, row.excluded.marker_seq)},
+            set_=added
+            | {
+                "marker_seq": func.coalesce(tot.c.marker_seq, row.excluded.marker_seq),
+                "last_at": row.excluded.last_at,
+            },
         ).returning(tot.c.dropped_events, tot.c.dropped_bytes)
     return counts
 
@@ -153,16 +157,17 @@ class EventRepository(Repository):
         return Tally(int(row["last_seq"]), int(row["bytes"]), row["marker_seq"])
 
     async def count(
-        self, task_id: str, *, stored: int, dropped: Dropped, marker_seq: int | None
+        self, task_id: str, *, stored: int, dropped: Dropped, marker_seq: int | None, now: int
     ) -> Dropped:
         """Add `stored` bytes and `dropped` to the task's totals (and its marker's seq, when it
-        has none yet); what it has dropped in all."""
+        has none yet), its newest output arriving `now`; what it has dropped in all."""
         values = {
             "task_id": task_id,
             "bytes": stored,
             "dropped_events": dropped.events,
             "dropped_bytes": dropped.bytes,
             "marker_seq": marker_seq,
+            "last_at": now,
         }
         (row,) = await self.run(_COUNT[self.kind], values)
         return Dropped(int(row["dropped_events"]), int(row["dropped_bytes"]))
