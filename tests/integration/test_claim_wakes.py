@@ -6,9 +6,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.api import API, claim, create_task, register_worker, success
@@ -16,6 +18,10 @@ from tests.support.databases import make_settings
 
 WAIT = 10.0
 SOON = 5.0
+LISTENING = (
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+)
 
 
 @pytest.fixture
@@ -149,3 +155,71 @@ async def test_a_claim_whose_caller_left_passes_its_wake_on(client: httpx.AsyncC
     claimed = await asyncio.wait_for(staying, SOON)
     assert claimed is not None
     assert claimed.task.id == task["id"]
+
+
+async def listening(target: DatabaseTarget) -> None:
+    """On PostgreSQL, until the runtime's listener listens and has looked at the queue once
+    (as it does whenever it starts listening: notifications may have been lost before)."""
+    if target.kind != StorageKind.POSTGRESQL:
+        return
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        while not await conn.fetchval(LISTENING):
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+    await asyncio.sleep(0.3)
+
+
+async def ran_context(client: httpx.AsyncClient, worker: str, context_id: str) -> None:
+    """`worker` runs and completes a task of `context_id`: the context's next task is kept for
+    it (the sticky wait) while it is live with a free slot."""
+    await register_worker(client, worker)
+    await create_task(client, context_id=context_id)
+    before = await claim(client, worker)
+    assert before is not None
+    done = await client.post(f"{API}/llm-tasks/{before['task']['id']}/complete", json=success())
+    assert done.status_code == 200, done.text
+
+
+async def test_a_task_kept_for_a_worker_wakes_that_workers_claim(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 31: the wake went to the newest waiting claim, which may not take a task kept for
+    # another worker; the keeper slept on, and the task waited for the recheck (seconds, and
+    # then a herd of every waiting claim). Here the claims never recheck: only the wake can.
+    await ran_context(client, "owner", "c")
+    claims = await waiting_claims(client, ["owner", *(f"w{n}" for n in range(5))])
+    looks = count_looks(client, monkeypatch)
+    task = await create_task(client, context_id="c")
+    (grant,) = await granted(claims, 1)
+    assert (grant["task"]["id"], grant["lease"]["worker_id"]) == (task["id"], "owner")
+    await asyncio.sleep(0.2)
+    assert looks[0] == "owner", looks
+    assert len(looks) <= 2, looks
+    await stop(claims)
+
+
+async def test_the_recheck_wakes_the_claims_the_work_is_for_not_everyone(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Work no change announced (a lost notification): the recheck finds it, and wakes the
+    # keeper of a kept task and one claim for a task nobody keeps, not all twelve.
+    await ran_context(client, "owner", "c")
+    claims = await waiting_claims(client, ["owner", *(f"w{n}" for n in range(11))])
+    container = client.app.state.container  # type: ignore[attr-defined]
+    await listening(container.db.target)  # its own first look is over: only ours is left
+    monkeypatch.setattr(container.signal, "changed", lambda wake=None: None)
+    kept = await create_task(client, context_id="c")
+    free = await create_task(client, context_id="d")
+    await asyncio.sleep(0.2)
+    assert not any(c.done() for c in claims)
+    looks = count_looks(client, monkeypatch)
+    await container.leases.wake_if_ready()
+    grants = await granted(claims, 2)
+    by_task = {g["task"]["id"]: g["lease"]["worker_id"] for g in grants}
+    assert by_task[kept["id"]] == "owner", by_task
+    assert by_task[free["id"]] != "owner", by_task
+    await asyncio.sleep(0.2)
+    assert len(looks) <= 2 + 2, looks  # the two woken, and a wake each passes on
+    await stop(claims)

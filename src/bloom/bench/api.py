@@ -104,9 +104,15 @@ class RuntimeApi:
         )
 
     async def complete(self, claim: Claim) -> bool:
+        return await self.complete_status(claim) < 300
+
+    async def complete_status(self, claim: Claim) -> int:
+        """Complete the attempt; the answer's HTTP status (a refusal is counted as an error)."""
         path = f"{API}/llm-tasks/{claim.task_id}/complete"
         body = SUCCESS | {"lease_id": claim.lease_id}
-        return self._ok("complete", await self.conn.request("POST", path, body))
+        response = await self.conn.request("POST", path, body)
+        self._ok("complete", response)
+        return response.status
 
     async def complete_and_claim(
         self, claim: Claim, wait_seconds: float

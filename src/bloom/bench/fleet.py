@@ -4,14 +4,15 @@ The bench starts its own `bloom runtime serve` and registers `workers` simulated
 long-polling `POST /workers/{id}/claim` (`wait_seconds` 20 by default) and claiming again as
 soon as a claim ends, as a real worker's idle slot does. Once they all wait, the server's CPU
 over an idle window says what waiting costs. Then `tasks` tasks are created `interval` seconds
-apart; a worker given one heartbeats and completes it at once, then waits again. Measured:
+apart; a worker given one completes it at once, without a heartbeat (the grant's acknowledgement
+window is what keeps it), then waits again. Measured:
 
 - idle CPU: the server's processes' CPU time over the idle window, in % of one core;
 - create → start: from the create's answer to the grant's arrival at a worker (one clock, the
-  bench's), p50 and p99;
+  bench's), p50 and p99, and the slowest deliveries;
 - the server's resident memory once the tasks are done;
 - safety: a task granted to more than one worker, or a complete refused (the worker's lease was
-  no longer its own), is counted; under any load both must stay 0.
+  superseded: no longer its own), is counted; under any load both must stay 0.
 """
 
 import asyncio
@@ -20,6 +21,7 @@ import uuid
 from collections import defaultdict
 from contextlib import AsyncExitStack, suppress
 from dataclasses import asdict, dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from rich.console import Console
@@ -30,6 +32,7 @@ from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import figures_table, print_errors
 
 REGISTER_AT_ONCE = 100
+SLOWEST_SHOWN = 5
 SETTLE_SEC_PER_WORKER = 0.002
 """How long the bench lets the workers' first claims reach the server, per worker (1 s at least)."""
 DONE_GRACE_SEC = 60.0
@@ -52,6 +55,9 @@ class FleetOptions:
     """Each claim's `wait_seconds`."""
     database_url: str | None = None
     server_workers: int = 1
+    contexts: int | None = None
+    """The tasks take turns over this many contexts (a context's next task is kept for the worker
+    that ran its last one); None: each task a context of its own."""
 
 
 @dataclass(slots=True)
@@ -65,6 +71,10 @@ class FleetReport:
     started: int = 0
     completed: int = 0
     granted_twice: int = 0
+    superseded: int = 0
+    """Completes refused: the worker's grant was no longer its own when it answered."""
+    slowest: list[tuple[str, float, int]] = field(default_factory=list)
+    """The slowest deliveries: task id, create → first grant's arrival (ms), grants received."""
     requests: int = 0
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
@@ -72,16 +82,27 @@ class FleetReport:
     @property
     def safe(self) -> bool:
         """No task granted twice, no complete refused, every task started."""
-        return self.granted_twice == 0 and self.errors == 0 and self.started == self.created
+        return (
+            self.granted_twice == 0
+            and self.superseded == 0
+            and self.errors == 0
+            and self.started == self.created
+        )
 
 
 async def run_fleet(options: FleetOptions) -> FleetReport:
     """Register the fleet, measure it idle, then feed it tasks; see the module's text."""
     if not on_linux():
         raise FleetUsageError("fleet mode reads the server's CPU and memory from /proc: Linux only")
-    if options.workers < 1 or options.tasks < 1 or options.interval < 0 or options.idle <= 0:
+    if (
+        options.workers < 1
+        or options.tasks < 1
+        or options.interval < 0
+        or options.idle <= 0
+        or (options.contexts is not None and options.contexts < 1)
+    ):
         raise FleetUsageError(
-            "--fleet, --tasks and --idle must be positive, --interval not negative"
+            "--fleet, --tasks, --idle and --contexts must be positive, --interval not negative"
         )
     async with AsyncExitStack() as stack:
         runtime = await own_runtime(stack, "fleet", options.database_url, options.server_workers)
@@ -100,7 +121,8 @@ async def run_fleet(options: FleetOptions) -> FleetReport:
                 100 * (process_tree(server.pid).cpu_sec - before) / options.idle, 1
             )
             for n in range(options.tasks):
-                task_id = await creator.create_task(f"fleet-{fleet.run_id}-{n}")
+                context = n % options.contexts if options.contexts else n
+                task_id = await creator.create_task(f"fleet-{fleet.run_id}-{context}")
                 if task_id is not None:
                     fleet.created_at[task_id] = time.monotonic()
                 await asyncio.sleep(options.interval)
@@ -115,13 +137,17 @@ async def run_fleet(options: FleetOptions) -> FleetReport:
         report.started = len(fleet.started_at)
         report.completed = fleet.completed
         report.granted_twice = sum(1 for grants in fleet.grants.values() if grants > 1)
-        report.start_latency = Latency.of(
-            [
-                fleet.started_at[task_id] - created
-                for task_id, created in fleet.created_at.items()
-                if task_id in fleet.started_at
-            ]
-        )
+        report.superseded = fleet.superseded
+        waited = {
+            task_id: fleet.started_at[task_id] - created
+            for task_id, created in fleet.created_at.items()
+            if task_id in fleet.started_at
+        }
+        report.start_latency = Latency.of(list(waited.values()))
+        report.slowest = [
+            (task_id, round(seconds * 1000, 1), fleet.grants[task_id])
+            for task_id, seconds in sorted(waited.items(), key=lambda item: -item[1])
+        ][:SLOWEST_SHOWN]
         report.requests, report.errors = tally.requests, tally.errors
         report.error_samples = tally.samples
         return report
@@ -140,6 +166,7 @@ class _Fleet:
         self.started_at: dict[str, float] = {}
         self.grants: defaultdict[str, int] = defaultdict(int)
         self.completed = 0
+        self.superseded = 0
         self._done = asyncio.Event()
 
     async def register(self) -> None:
@@ -167,7 +194,10 @@ class _Fleet:
                 continue
             self.started_at.setdefault(claim.task_id, time.monotonic())
             self.grants[claim.task_id] += 1
-            if await api.heartbeat(claim) and await api.complete(claim):
+            status = await api.complete_status(claim)
+            if status == HTTPStatus.CONFLICT:
+                self.superseded += 1
+            elif status < HTTPStatus.MULTIPLE_CHOICES:
                 self.completed += 1
                 if self.completed >= self.options.tasks:
                     self._done.set()
@@ -195,6 +225,11 @@ def as_json(report: FleetReport) -> dict[str, Any]:
         "started": report.started,
         "completed": report.completed,
         "granted_twice": report.granted_twice,
+        "superseded": report.superseded,
+        "slowest": [
+            {"task_id": task_id, "ms": ms, "grants": grants}
+            for task_id, ms, grants in report.slowest
+        ],
         "requests": report.requests,
         "errors": report.errors,
         "error_samples": report.error_samples,
@@ -202,12 +237,16 @@ def as_json(report: FleetReport) -> dict[str, Any]:
     }
 
 
+def _delivery(ms: float, grants: int) -> str:
+    return f"{ms_text(ms, 0)} ({grants} grant{'s' if grants > 1 else ''})"
+
+
 def render(report: FleetReport, console: Console) -> None:
     options = report.options
     title = (
         f"bloom bench --fleet: {options.workers} workers waiting "
-        f"(claims of {options.wait:g} s), {options.tasks} tasks {options.interval:g} s apart, "
-        f"{report.storage}"
+        f"(claims of {options.wait:g} s), {options.tasks} tasks {options.interval:g} s apart"
+        f"{f' over {options.contexts} contexts' if options.contexts else ''}, {report.storage}"
     )
     latency = report.start_latency
     rows = (
@@ -220,6 +259,11 @@ def render(report: FleetReport, console: Console) -> None:
             f"{report.created} / {report.started} / {report.completed}",
         ),
         ("tasks granted to two workers", str(report.granted_twice)),
+        ("grants superseded (complete refused)", str(report.superseded)),
+        (
+            "slowest deliveries",
+            ", ".join(_delivery(ms, grants) for _, ms, grants in report.slowest) or "-",
+        ),
     )
     console.print(figures_table(title, rows))
     print_errors(

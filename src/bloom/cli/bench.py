@@ -115,6 +115,14 @@ def bench(
         ),
     ] = None,
     tasks: Annotated[int, typer.Option(min=1, help="Fleet mode: tasks created.")] = 50,
+    contexts: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Fleet mode: the tasks take turns over this many contexts (a context's next "
+            "task is kept for the worker that ran its last one); default: one each.",
+        ),
+    ] = None,
     drain: Annotated[
         int | None,
         typer.Option(
@@ -199,7 +207,13 @@ def bench(
     if fleet is not None:
         _alone("--fleet", url=url, depth=depth, soak=soak)
         fleet_options = fleet_mode.FleetOptions(
-            fleet, tasks, interval, idle, database_url=database_url, server_workers=server_workers
+            fleet,
+            tasks,
+            interval,
+            idle,
+            database_url=database_url,
+            server_workers=server_workers,
+            contexts=contexts,
         )
         err.print(f"fleet: {fleet} workers registering and waiting", highlight=False)
         fleet_report = _own_server(fleet_mode.run_fleet(fleet_options), err)

@@ -32,7 +32,7 @@ from bloom.domain.states import IN_FLIGHT, LeaseStatus, TaskStatus
 from bloom.runtime.services.agent_ops import said
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.reaping import release_task_of_lost_lease
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import ONE, QueueSignal
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
 log = structlog.get_logger(__name__)
@@ -247,7 +247,7 @@ class Dispatcher:
                     detail=f"Dispatch to {lease.worker_id} failed: {reason}",
                 )
             )
-        self.signal.changed()
+        self.signal.changed(ONE)  # its task is back in the queue
 
     async def _lost(self, lease: Lease, reason: str) -> None:
         """After the agent's call: a lease still open without a result is a lost one."""
@@ -258,4 +258,4 @@ class Dispatcher:
                 return  # completed, cancelled or lapsed already: nothing is left open
             await release_task_of_lost_lease(tx, ended, now, actor="router", reason=reason)
         log.warning("dispatch_left_open", task_id=lease.task_id, lease_id=lease.id, reason=reason)
-        self.signal.changed()
+        self.signal.changed(ONE)  # its task is back in the queue

@@ -16,6 +16,7 @@ from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
 from bloom.domain.ids import new_id
+from bloom.domain.long_poll import claim_deadline
 from bloom.domain.models import Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
@@ -37,6 +38,30 @@ class LeaseSettings:
     claim_recheck_sec: float = 2.0
     sticky_wait_ms: int = 30_000
     worker_live_ms: int = 60_000
+
+    def keeping(self, now: int) -> dict[str, int]:
+        """Who keeps a context's next task at `now`: the cutoffs `KeeperRepository` takes."""
+        return {
+            "now": now,
+            "sticky_cutoff": now - self.sticky_wait_ms,
+            "live_cutoff": now - self.worker_live_ms,
+        }
+
+
+MAX_RECHECKED = 500
+"""The most ready tasks the periodic recheck weighs: enough for every claim it could wake."""
+
+
+async def wake_for(
+    tx: Repositories, settings: LeaseSettings, now: int, task_ids: list[str]
+) -> Wake:
+    """Whom tasks just queued (or queued again) must wake: the claims of their keepers, and a
+    counted claim for each task nobody keeps (`keepers`). Waking a counted claim for a kept task
+    would wake one that finds nothing, and leave the keeper asleep: the task then waited for the
+    recheck (issue 31: seconds at 2,000 waiting workers)."""
+    if not task_ids:
+        return Wake(0)
+    return Wake.for_tasks(await tx.keepers.of_tasks(task_ids, **settings.keeping(now)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,13 +238,15 @@ class LeaseService:
         gone: Callable[[], Awaitable[bool]] | None = None,
     ) -> Claimed | None:
         """Long-poll for work: a lease already assigned to the worker, else the best queued task
-        it may run. Waits up to `wait_sec` (default: the configured claim wait), waking as soon as
-        work may have appeared; stops early when `gone()` says the caller hung up (so no lease
-        goes to a closed connection)."""
+        it may run. Waits up to `wait_sec` (default: the configured claim wait; at least half of
+        it, on the worker's phase: `claim_deadline`), waking as soon as work may have appeared;
+        stops early when `gone()` says the caller hung up (so no lease goes to a closed
+        connection)."""
         if wait_sec is None:
             wait_sec = self.settings.claim_wait_sec
-        started = time.monotonic()
-        deadline = started + wait_sec
+        started, now = time.monotonic(), self.clock()
+        # spread over time: a fleet's claims that began together must not all come back together
+        deadline = started + (claim_deadline(now, int(wait_sec * 1000), worker_id) - now) / 1000
         first = woken = able = True
         while True:
             with self.signal.waiting(worker_id, able=able) as waiter:
@@ -254,17 +281,23 @@ class LeaseService:
                 return None
 
     async def wake_if_ready(self) -> None:
-        """Wake this process's waiting claims when work is there that no change announced: a
-        backoff that ended, a sticky wait that ran out, another process's notification that was
-        lost. One read for the whole process every `claim_recheck_sec`, instead of each waiting
-        claim looking again (2,000 waiting claims looked 1,000 times a second)."""
-        if not self.signal.waiters:
+        """Wake this process's waiting claims for work that no change announced: a backoff that
+        ended, a sticky wait that ran out, another process's notification that was lost. One
+        read for the whole process every `claim_recheck_sec`, instead of each waiting claim
+        looking again (2,000 waiting claims looked 1,000 times a second); and it wakes only the
+        claims the work is for, as a change would (`wake_for`): waking all 2,000 for one task
+        ran 2,000 transactions, every recheck, for as long as the task was kept for a worker."""
+        waiters = self.signal.waiters
+        if not waiters:
             return
         async with self.db.read() as tx:
             now = self.clock()
-            ready = await tx.tasks.any_ready(now) or await tx.leases.any_undelivered()
-        if ready:
-            self.signal.wake()
+            limit = min(waiters, MAX_RECHECKED)
+            keepers = await tx.keepers.of_ready(**self.settings.keeping(now), limit=limit)
+            undelivered = await tx.keepers.awaiting_delivery(limit)
+        wake = Wake.for_tasks(keepers) | Wake(0, frozenset(undelivered))
+        if wake.count or wake.workers:
+            self.signal.wake(wake)
 
     async def _deliverable(self, claimed: Claimed) -> Claimed | None:
         """The grant as it may be sent now: with at least half the acknowledgement window left

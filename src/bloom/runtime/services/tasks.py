@@ -14,7 +14,8 @@ from bloom.domain.models import Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
-from bloom.runtime.services.signals import ONE, QueueSignal, Wake
+from bloom.runtime.services.leasing import LeaseSettings, wake_for
+from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
@@ -68,10 +69,13 @@ class NewTask:
 
 
 class TaskService:
-    def __init__(self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock):
+    def __init__(
+        self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, leasing: LeaseSettings
+    ):
         self.db = db
         self.signal = signal
         self.clock = clock
+        self.leasing = leasing
 
     async def create(self, new: NewTask, actor: str | None = None) -> tuple[Task, bool]:
         """Queue a task, audited as `actor`'s (the seed's "api" when None). Returns (task,
@@ -88,9 +92,10 @@ class TaskService:
         now = self.clock()
         async with self.db.write() as tx:
             created = [await self._create(tx, new, now, actor or "api") for new in news]
-        fresh_tasks = sum(fresh for _, fresh in created)
-        if fresh_tasks:
-            self.signal.changed(Wake(fresh_tasks))
+            fresh = [task.id for task, is_fresh in created if is_fresh]
+            wake = await wake_for(tx, self.leasing, now, fresh)
+        if fresh:
+            self.signal.changed(wake)
         return created
 
     async def _create(
@@ -235,6 +240,7 @@ class TaskService:
             )
             if updated is None:
                 raise Conflict(f"Cannot requeue task with status '{task.status}'")
+            wake = await wake_for(tx, self.leasing, now, [task_id])
             await tx.audit.add(
                 task_audit(
                     AuditAction.TASK_REQUEUED,
@@ -244,5 +250,5 @@ class TaskService:
                     detail=f"Requeued from {task.status}",
                 )
             )
-        self.signal.changed(ONE)
+        self.signal.changed(wake)
         return updated

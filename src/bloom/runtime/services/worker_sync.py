@@ -25,7 +25,7 @@ from bloom.domain.fleet import (
     url_change,
 )
 from bloom.domain.models import AuditEntry, Worker
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import RuntimeDatabase
 
 ACTOR = "membridge_sync"
@@ -77,8 +77,8 @@ class WorkerSync:
                 count=outcome.skipped,
                 reason="no usable name (letters, digits and ._:@- only, 1..128 characters)",
             )
-        if outcome.discovered or outcome.heard:
-            self.signal.changed()
+        if outcome.discovered or outcome.heard:  # online now: their claims look
+            self.signal.changed(Wake(0, frozenset(outcome.discovered + outcome.heard)))
         return outcome
 
     async def _fetch(self, path: str) -> Any:

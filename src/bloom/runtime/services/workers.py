@@ -8,7 +8,7 @@ from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.fleet import url_change
 from bloom.domain.models import DEFAULT_CAPABILITIES, AuditEntry, Lease, Worker
-from bloom.domain.states import LeaseStatus, WorkerStatus
+from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services.reaping import release_task_of_lost_lease
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import RuntimeDatabase
@@ -165,10 +165,12 @@ class WorkerService:
             # Worker row first, then its leases: the order every writer keeps (no deadlocks).
             if await tx.workers.lock(worker_id) is None:
                 raise NotFound("Worker not found")
+            requeued = 0
             for lease in await tx.leases.end_all_for_worker(worker_id, LeaseStatus.EXPIRED, now):
-                await release_task_of_lost_lease(
+                released = await release_task_of_lost_lease(
                     tx, lease, now, actor=actor, reason="Worker unregistered"
                 )
+                requeued += released is not None and released.status == TaskStatus.QUEUED
             await tx.workers.delete(worker_id)
             await tx.audit.add(
                 worker_audit(
@@ -179,7 +181,7 @@ class WorkerService:
                     detail=f"Worker {worker_id} unregistered",
                 )
             )
-        self.signal.changed()
+        self.signal.changed(Wake(requeued))
 
 
 AUDITED_FIELDS = ("status", "capabilities", "agent_version")

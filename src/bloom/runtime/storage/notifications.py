@@ -8,7 +8,7 @@ periodic recheck.
 """
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,18 @@ class Wake:
 
     count: int | None = 0
     workers: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_tasks(cls, keepers: Iterable[str | None]) -> "Wake":
+        """The wake for ready tasks, given each one's keeper (None: nobody keeps it): a counted
+        claim for each task nobody keeps, and the claims of each keeper."""
+        count, named = 0, set()
+        for keeper in keepers:
+            if keeper is None:
+                count += 1
+            else:
+                named.add(keeper)
+        return cls(count) | cls(0, frozenset(named))
 
     def __or__(self, other: "Wake") -> "Wake":
         count = None if self.count is None or other.count is None else self.count + other.count
@@ -158,14 +170,16 @@ def payloads(task_ids: Iterable[str]) -> list[str]:
 class QueueListener:
     """Calls `on_notify` with the wake of every queue notification another process sent (this
     process's `origin` woke its own claims already) and, when given, `on_events` with the task
-    ids of every events notification; reconnects after a lost connection (and calls
-    `on_notify(EVERYONE)` and `on_events(None)` then too, since notifications sent meanwhile are
-    lost)."""
+    ids of every events notification. Once listening (at start, and again after a lost
+    connection) it calls `on_listening`, since notifications sent meanwhile are lost: the
+    runtime rechecks the queue then (waking only the claims the work is for: at a reconnect,
+    waking all 2,000 waiting claims ran 2,000 transactions) and wakes every events follower."""
 
     def __init__(
         self,
         target: DatabaseTarget,
         on_notify: Callable[[Wake], None],
+        on_listening: Callable[[], Awaitable[None]],
         retry_sec: float = 1.0,
         *,
         origin: str = "",
@@ -174,6 +188,7 @@ class QueueListener:
         self._dsn = target.dsn
         self._origin = origin
         self._on_notify = on_notify
+        self._on_listening = on_listening
         self._on_events = on_events
         self._retry_sec = retry_sec
         self._stopping = asyncio.Event()
@@ -201,9 +216,7 @@ class QueueListener:
             await conn.add_listener(QUEUE_CHANNEL, self._notified)
             if self._on_events is not None:
                 await conn.add_listener(EVENTS_CHANNEL, self._events_notified)
-            self._on_notify(EVERYONE)
-            if self._on_events is not None:
-                self._on_events(None)
+            await self._on_listening()
             await _first_of(lost.wait(), self._stopping.wait())
         finally:
             if not conn.is_closed():

@@ -10,6 +10,7 @@ from bloom.domain.models import AuditEntry
 from bloom.runtime.storage.repositories.budgets import BudgetRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
+from bloom.runtime.storage.repositories.keepers import KeeperRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
 from bloom.runtime.storage.repositories.projects import ProjectRepository
 from bloom.runtime.storage.repositories.records import (
@@ -43,6 +44,10 @@ class Repositories:
     @cached_property
     def workers(self) -> WorkerRepository:
         return WorkerRepository(self.connection)
+
+    @cached_property
+    def keepers(self) -> KeeperRepository:
+        return KeeperRepository(self.connection)
 
     @cached_property
     def artifacts(self) -> ArtifactRepository:

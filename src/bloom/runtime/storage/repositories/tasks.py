@@ -32,7 +32,8 @@ from bloom.db.repository import (
 from bloom.domain.models import Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
-from bloom.runtime.storage.tables import budgets, leases, llm_tasks, workers
+from bloom.runtime.storage.repositories.keepers import context_owner, may_keep, ready_now
+from bloom.runtime.storage.tables import leases, llm_tasks, workers
 
 TASK_COLUMNS = entity_columns(llm_tasks, Task)
 t = llm_tasks
@@ -64,15 +65,6 @@ _LIST = (
 )
 _LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
 _COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
-_ANY_READY = select(
-    exists().where(
-        is_state(t.c.status, "queued"),
-        or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
-        t.c.agent_slug.not_in(
-            select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
-        ),
-    )
-)
 _OLDEST_QUEUED = select(func.min(t.c.created_at)).where(is_state(t.c.status, "queued"))
 _DEPTH = select(
     func.count().filter(is_state(t.c.status, "queued")).label("queued"),
@@ -163,33 +155,12 @@ def _claim_candidates() -> tuple[Any, Any]:
 
     Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
     future) has its tasks passed over. A task whose context was last held by another worker is
-    left to that worker (its Claude conversation lives there) while it is online, live and has a
-    free slot, for at most the sticky wait; after that, or when it cannot take it, anyone may.
+    left to that worker (its Claude conversation lives there) while it may keep it (`keepers`:
+    online, live, ready, a slot free), for at most the sticky wait; after that, anyone may.
     """
-    held = leases.alias("held")
     owner = workers.alias("owner")
-    owner_id = (
-        select(held.c.worker_id)
-        .where(held.c.context_id == t.c.context_id)
-        .order_by(held.c.started_at.desc(), held.c.id.desc())
-        .limit(1)
-        .correlate(t)
-        .scalar_subquery()
-    )
-    owner_load = (
-        select(func.count())
-        .select_from(leases)
-        .where(leases.c.worker_id == owner.c.id, is_state(leases.c.status, "active"))
-        .correlate(owner)
-        .scalar_subquery()
-    )
     owner_takes_it = exists().where(
-        owner.c.id == owner_id,
-        owner.c.id != bindparam("b_worker"),
-        is_state(owner.c.status, "online"),
-        owner.c.last_heartbeat >= bindparam("b_live_cutoff"),
-        or_(owner.c.paused_until.is_(None), owner.c.paused_until <= bindparam("b_now")),
-        owner_load < owner.c.capabilities["max_concurrency"].as_integer(),
+        owner.c.id == context_owner(t), owner.c.id != bindparam("b_worker"), *may_keep(owner)
     )
     my_load = (
         select(func.count())
@@ -201,12 +172,8 @@ def _claim_candidates() -> tuple[Any, Any]:
         select(t.c.id)
         .where(
             my_load < bindparam("b_capacity"),
-            is_state(t.c.status, "queued"),
-            or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+            *ready_now(),
             or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
-            t.c.agent_slug.not_in(
-                select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
-            ),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .with_for_update(skip_locked=True)
@@ -327,11 +294,6 @@ class TaskRepository(Repository):
             params["b_at"], params["b_after_id"] = after.at, after.id
         stmt = _page_statement(self.kind, frozenset(equal), text is not None, after is not None)
         return await self.all(Task, stmt, params)
-
-    async def any_ready(self, now: int) -> bool:
-        """Whether a queued task past its backoff, of a project not held, exists: work some
-        claim may find (a cheap read)."""
-        return bool(await self.scalar(_ANY_READY, {"b_now": now}))
 
     async def oldest_queued_at(self) -> int | None:
         value = await self.scalar(_OLDEST_QUEUED)

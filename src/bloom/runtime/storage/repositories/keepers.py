@@ -1,0 +1,126 @@
+"""Who a queued task is kept for, and so whom a wake-up must reach.
+
+A context's next task is kept, for at most the sticky wait, for the worker that held the
+context's newest lease (its Claude conversation lives there), while that worker is online, live,
+ready, not paused and has a free slot: its keeper. The claim query passes such a task over for
+everyone else (`tasks._claim_candidates`); the wake-ups for new and ready work name the keeper,
+so that its waiting claim hears of the task at once, and wake a counted claim only for a task
+nobody keeps (a counted claim woken for a kept task would find nothing, and the keeper nothing
+to wake it).
+"""
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Table, bindparam, case, func, or_, select, true
+
+from bloom.db.repository import Repository, is_state
+from bloom.runtime.storage.tables import budgets, leases, llm_tasks, workers
+
+t = llm_tasks
+
+
+def context_owner(tasks: Table) -> Any:
+    """The worker of the newest lease of the task's context (correlated to `tasks`)."""
+    held = leases.alias("held")
+    return (
+        select(held.c.worker_id)
+        .where(held.c.context_id == tasks.c.context_id)
+        .order_by(held.c.started_at.desc(), held.c.id.desc())
+        .limit(1)
+        .correlate(tasks)
+        .scalar_subquery()
+    )
+
+
+def may_keep(owner: Any) -> list[ColumnElement[bool]]:
+    """`owner` (an alias of workers) can take its context's next task now: online, seen since
+    `b_live_cutoff`, ready, not paused at `b_now`, a slot free."""
+    load = (
+        select(func.count())
+        .select_from(leases)
+        .where(leases.c.worker_id == owner.c.id, is_state(leases.c.status, "active"))
+        .correlate(owner)
+        .scalar_subquery()
+    )
+    return [
+        is_state(owner.c.status, "online"),
+        owner.c.last_heartbeat >= bindparam("b_live_cutoff"),
+        func.coalesce(owner.c.capabilities["ready"].as_boolean(), true()).is_(true()),
+        or_(owner.c.paused_until.is_(None), owner.c.paused_until <= bindparam("b_now")),
+        load < owner.c.capabilities["max_concurrency"].as_integer(),
+    ]
+
+
+def ready_now() -> list[ColumnElement[bool]]:
+    """The task is queued, past its backoff at `b_now`, and of a project whose budget is not
+    held: some claim may take it."""
+    return [
+        is_state(t.c.status, "queued"),
+        or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+        t.c.agent_slug.not_in(
+            select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
+        ),
+    ]
+
+
+def _keepers(*where: ColumnElement[bool]) -> Any:
+    """Each ready task's keeper (NULL: nobody keeps it), best task first, up to `b_limit`."""
+    owner = workers.alias("owner")
+    keeper = (
+        select(owner.c.id)
+        .where(owner.c.id == context_owner(t), *may_keep(owner))
+        .correlate(t)
+        .scalar_subquery()
+    )
+    kept = case((t.c.queued_at >= bindparam("b_sticky_cutoff"), keeper), else_=None)
+    return (
+        select(kept.label("keeper"))
+        .where(*ready_now(), *where)
+        .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
+        .limit(bindparam("b_limit"))
+    )
+
+
+_READY_KEEPERS = _keepers()
+_KEEPER_OF = _keepers(t.c.id == bindparam("b_id"))
+_UNDELIVERED_TO = (
+    select(leases.c.worker_id)
+    .where(is_state(leases.c.status, "active"), leases.c.claimed_at.is_(None))
+    .distinct()
+    .limit(bindparam("b_limit"))
+)
+
+
+class KeeperRepository(Repository):
+    async def of_tasks(
+        self, task_ids: list[str], *, now: int, sticky_cutoff: int, live_cutoff: int
+    ) -> list[str | None]:
+        """The keeper of each of these tasks that is ready (None: nobody keeps it)."""
+        params = {
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+            "b_limit": 1,
+        }
+        keepers: list[str | None] = []
+        for task_id in task_ids:
+            keepers += [
+                row["keeper"] for row in await self.run(_KEEPER_OF, params | {"b_id": task_id})
+            ]
+        return keepers
+
+    async def of_ready(
+        self, *, now: int, sticky_cutoff: int, live_cutoff: int, limit: int
+    ) -> list[str | None]:
+        """The keeper of each of the best `limit` ready tasks (None: nobody keeps it)."""
+        params = {
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+            "b_limit": limit,
+        }
+        return [row["keeper"] for row in await self.run(_READY_KEEPERS, params)]
+
+    async def awaiting_delivery(self, limit: int) -> list[str]:
+        """Workers a lease was granted to that no claim of theirs has delivered yet."""
+        return [row["worker_id"] for row in await self.run(_UNDELIVERED_TO, {"b_limit": limit})]
