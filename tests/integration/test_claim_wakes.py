@@ -141,16 +141,12 @@ async def test_a_claim_whose_caller_left_passes_its_wake_on(client: httpx.AsyncC
     await register_worker(client, "staying")
     await register_worker(client, "leaving")
     staying = asyncio.create_task(leases.claim("staying", wait_sec=WAIT))
-    left = False
-
-    async def gone() -> bool:
-        return left
-
+    gone = asyncio.Event()
     leaving = asyncio.create_task(leases.claim("leaving", wait_sec=WAIT, gone=gone))
     while client.app.state.container.signal.waiters < 2:  # type: ignore[attr-defined]
         await asyncio.sleep(0.01)
-    left = True  # hung up, not yet noticed: the newest claim, the one a new task wakes
-    task = await create_task(client)
+    task = await create_task(client)  # wakes the newest claim, the one about to hear...
+    gone.set()  # ...that its caller hung up: it passes the wake on
     assert await asyncio.wait_for(leaving, SOON) is None
     claimed = await asyncio.wait_for(staying, SOON)
     assert claimed is not None

@@ -24,6 +24,7 @@ from bloom.runtime.http import JSON, service_status
 from bloom.runtime.services.attempts import Completed, Ending
 from bloom.runtime.services.dispatch import DispatchFailed
 from bloom.runtime.services.leasing import Claimed, LeaseService, Looked
+from bloom.web.hang_up import hang_up_watch
 
 router = APIRouter()
 TASKS = "/api/runtime/llm-tasks"
@@ -45,12 +46,10 @@ async def claim(
 ) -> Response:
     acting_worker(caller, worker_id)
     body = body or ClaimBody()
-    claimed = await leases.claim(
-        worker_id,
-        wait_sec=body.wait_seconds,
-        ttl_sec=body.ttl_seconds,
-        gone=request.is_disconnected,
-    )
+    async with hang_up_watch(request) as gone:
+        claimed = await leases.claim(
+            worker_id, wait_sec=body.wait_seconds, ttl_sec=body.ttl_seconds, gone=gone
+        )
     if claimed is None:
         return Response(status_code=204)
     return JSON(_granted(claimed))
@@ -235,13 +234,14 @@ async def _followed_up(
     if refused is not None:
         return [], refused
     try:
-        claimed = await leases.follow_up(
-            looked,
-            worker_id,
-            wait_sec=following.wait_seconds,
-            ttl_sec=following.ttl_seconds,
-            gone=request.is_disconnected,
-        )
+        async with hang_up_watch(request) as gone:
+            claimed = await leases.follow_up(
+                looked,
+                worker_id,
+                wait_sec=following.wait_seconds,
+                ttl_sec=following.ttl_seconds,
+                gone=gone,
+            )
     except ServiceError as exc:
         return [], exc.message
     return claimed, None

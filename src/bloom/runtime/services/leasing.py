@@ -5,6 +5,7 @@ worker's active leases, then compare-and-sets the task from `queued` to `leased`
 can never take the same task, and no worker is ever given more than `max_concurrency` leases.
 """
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services import metrics
 from bloom.runtime.services.budgets import Hold, hold_message
-from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_signal
+from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_any
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 log = structlog.get_logger(__name__)
@@ -235,12 +236,12 @@ class LeaseService:
         *,
         wait_sec: float | None = None,
         ttl_sec: int | None = None,
-        gone: Callable[[], Awaitable[bool]] | None = None,
+        gone: asyncio.Event | None = None,
     ) -> Claimed | None:
         """Long-poll for work: a lease already assigned to the worker, else the best queued task
         it may run. Waits up to `wait_sec` (default: the configured claim wait; at least half of
         it, on the worker's phase: `claim_deadline`), waking as soon as work may have appeared;
-        stops early when `gone()` says the caller hung up (so no lease goes to a closed
+        stops as soon as `gone` is set, its caller having hung up (so no lease goes to a closed
         connection)."""
         if wait_sec is None:
             wait_sec = self.settings.claim_wait_sec
@@ -263,17 +264,14 @@ class LeaseService:
                     first = False
                     able = looked is not Missed.UNABLE
                 remaining = deadline - time.monotonic()
-                ending = remaining <= 0 or (gone is not None and await gone())
+                ending = remaining <= 0 or (gone is not None and gone.is_set())
                 if not ending:
-                    # Woken by a change, or by `wake_if_ready`; a timeout only looks at the
-                    # caller. Woken as the wait timed out still counts: it looks once more.
-                    woken = (
-                        await wait_for_signal(
-                            waiter, min(remaining, self.settings.claim_recheck_sec)
-                        )
-                        or waiter.is_set()
-                    )
-                    ending = gone is not None and await gone()
+                    # Woken by a change or by `wake_if_ready`, or the caller hung up; nothing
+                    # else wakes a waiting claim before its end. Woken as the wait ran out
+                    # still counts: it looks once more.
+                    await wait_for_any((waiter,) if gone is None else (waiter, gone), remaining)
+                    woken = waiter.is_set()
+                    ending = gone is not None and gone.is_set()
             if ending:
                 if waiter.is_set():  # woken for work it will not look for: the next one looks
                     self.signal.passed_on()
@@ -423,7 +421,7 @@ class LeaseService:
         *,
         wait_sec: float | None,
         ttl_sec: int | None = None,
-        gone: Callable[[], Awaitable[bool]] | None = None,
+        gone: asyncio.Event | None = None,
     ) -> list[Claimed]:
         """The answer of a claim whose first look ran in another transaction (a complete's
         `claim_next`; None: it did not run): its grants as they may be sent now; else the claim

@@ -124,15 +124,6 @@ class EventSignal:
             self.publish(task_id)
 
 
-async def wait_for_signal(event: asyncio.Event, seconds: float) -> bool:
-    """True when woken, False when `seconds` passed first."""
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-    except TimeoutError:
-        return False
-    return True
-
-
 async def wait_for_any(events: Iterable[asyncio.Event], seconds: float) -> bool:
     """True when any of `events` is set, False when `seconds` passed first."""
     waits = [asyncio.ensure_future(event.wait()) for event in events]
