@@ -44,6 +44,7 @@ def serve(
     from bloom.runtime.api.system import INSECURE_WARNING
     from bloom.runtime.app import create_app
     from bloom.runtime.storage.schema import SCHEMA
+    from bloom.web.collector import tune_for_serving
     from bloom.web.metrics import MULTIPROC_ENV
     from bloom.web.settings import SettingsError
 
@@ -63,7 +64,9 @@ def serve(
         SCHEMA.upgrade(target)
     common = uvicorn_options(settings.host, settings.port)
     if workers == 1:
-        uvicorn.run(create_app(settings), **common)
+        app = create_app(settings)
+        tune_for_serving()
+        uvicorn.run(app, **common)
     else:  # the processes read their settings from the environment: pass ours on
         os.environ[MULTIPROC_ENV] = str(shared_metrics_dir(settings.data_dir, settings.port))
         os.environ["BLOOM_HOST"] = settings.host

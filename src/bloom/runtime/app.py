@@ -35,6 +35,7 @@ from bloom.runtime.secret_key import server_secret
 from bloom.runtime.settings import RuntimeSettings
 from bloom.web.api_docs import add_api_docs
 from bloom.web.client_address import client_address
+from bloom.web.collector import tune_for_serving
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
 from bloom.web.origins import OriginPolicy
@@ -147,5 +148,8 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
 
 
 def create_app_from_env() -> FastAPI:
-    """Factory for `uvicorn --factory` in multi-process mode: settings come from the env."""
-    return create_app()
+    """Factory for `uvicorn --factory` in multi-process mode: settings come from the env; the
+    process serves from then on (`tune_for_serving`)."""
+    app = create_app()
+    tune_for_serving()
+    return app
