@@ -201,6 +201,14 @@ async def test_task_list_filters_and_keyset_pages(client: httpx.AsyncClient) -> 
     none = await client.get("/tasks?q=%25nothing_", headers=browser)
     assert rows(none.text) == []
     assert "No task matches" in none.text
+    container = client.app.state.container  # type: ignore[attr-defined]
+    container.tasks.search_window = 20  # a page searches 20 tasks at most
+    window = await client.get("/tasks?q=job+4", headers=browser)  # the newest 20: jobs 54…35
+    assert rows(window.text) == [made[n] for n in range(49, 39, -1)]
+    assert "A page searches up to 20 tasks" in window.text
+    assert "Older" in window.text
+    nothing_yet = await client.get("/tasks?q=%25nothing_", headers=browser)
+    assert "No match among the 20 tasks searched" in nothing_yet.text
     # a live part is the table alone, keeping the page's filters
     part = await client.get("/tasks?context=a&part=task_rows", headers=browser)
     assert not part.text.lstrip().startswith("<!doctype")

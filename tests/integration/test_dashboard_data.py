@@ -3,6 +3,7 @@ every filter (the text's % and _ taken literally), attempts and results in order
 buckets, depth and failure rate on the hand-moved clock, and queue depth sampling."""
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -174,6 +175,55 @@ async def test_task_pages_walk_every_filter_newest_first(
         want = expected_tasks(probe, keep)
         assert len(want) == count, task_filter
         assert await pages(task_filter) == chunks(want, 2), task_filter
+
+
+async def test_a_search_reads_a_window_per_page_and_goes_on_after_it(
+    container: Container, probe: DatabaseProbe, thirty: list[str]
+) -> None:
+    """Under several filters or a text, a page searches the next `search_window` tasks (newest
+    first) and no more: it may hold fewer than its limit, or none, and still name where the
+    search goes on; walked to the end, the pages hold every match once, newest first. A single
+    filter's pages are not windowed (its index holds only matches)."""
+    container.tasks.search_window = 4
+    rows = {row["id"]: row for row in probe.tasks()}
+    cases: list[tuple[TaskFilter, Callable[[dict[str, Any]], bool]]] = [
+        (TaskFilter(text="job"), text_matches("job")),
+        (TaskFilter(text="nowhere"), lambda r: False),
+        (
+            TaskFilter(status=TaskStatus.QUEUED, agent_slug="alpha"),
+            lambda r: (r["status"], r["agent_slug"]) == ("queued", "alpha"),
+        ),
+        (
+            TaskFilter(worker_id="w1", status=TaskStatus.FAILED),
+            lambda r: (r["worker_id"], r["status"]) == ("w1", "failed"),
+        ),
+    ]
+    for window, (task_filter, keep) in itertools.product((1, 4), cases):  # 1: each its own ms
+        container.tasks.search_window = window
+
+        async def fetch(after: Cursor | None, chosen: TaskFilter = task_filter) -> Page[Any]:
+            return await container.tasks.page(chosen, after=after, limit=2)
+
+        want = expected_tasks(probe, keep)
+        walked = await walk(fetch)
+        assert [task for page in walked for task in page] == want, (window, task_filter)
+        assert all(len(page) <= 2 for page in walked)
+    # 30 tasks, windows of 4 (and the rest of their last millisecond): nothing found, in at
+    # most 8 pages; the first stops at the 4th newest task's millisecond, after its oldest task
+    nowhere = await walk(
+        lambda after: container.tasks.page(TaskFilter(text="nowhere"), after=after, limit=2)
+    )
+    assert 4 <= len(nowhere) <= 8
+    assert all(page == [] for page in nowhere)
+    stopped = await container.tasks.page(TaskFilter(text="nowhere"), after=None, limit=2)
+    everything = expected_tasks(probe, lambda row: True)
+    fourth_ms = rows[everything[3]]["created_at"]
+    same_ms = [task for task in everything if rows[task]["created_at"] == fourth_ms]
+    assert stopped.next == Cursor(fourth_ms, min(same_ms))
+    unwindowed = await container.tasks.page(
+        TaskFilter(status=TaskStatus.FAILED), after=None, limit=2
+    )
+    assert len(unwindowed.items) == 2
 
 
 async def test_a_page_after_a_cursor_starts_strictly_after_it(

@@ -5,7 +5,8 @@ sequences of them (with time moving in between) against the real services on bot
 small, independent model predicts each outcome, and after every step the database must agree with
 the model and satisfy the engine's invariants: one active lease per task in flight and none
 otherwise, no worker above its capacity, at most one result per lease, exactly one success per
-completed task, one artifact per result that has output, and refused operations change nothing.
+completed task, one artifact per result that has output, refused operations change nothing, and
+the kept counts per status (`task_counts`) are the model's.
 """
 
 import asyncio
@@ -31,7 +32,7 @@ from sqlalchemy import func, select
 
 from bloom.domain.errors import Conflict, ServiceError, Unavailable
 from bloom.domain.models import Completion
-from bloom.domain.states import ResultStatus
+from bloom.domain.states import ResultStatus, TaskStatus
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.tasks import NewTask
 from bloom.runtime.services.workers import Registration
@@ -382,6 +383,12 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
 
     # invariants
+
+    @invariant()
+    def kept_counts_agree_with_the_model(self) -> None:
+        counted = self.run(self.container.tasks.counts())
+        statuses = [task.status for task in self.tasks.values()]
+        assert counted == {str(s): statuses.count(str(s)) for s in TaskStatus}
 
     @invariant()
     def database_agrees_with_model_and_invariants(self) -> None:

@@ -165,6 +165,7 @@ async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path
     # row per agent that finished work since 00:00 UTC: up to five, none just after midnight)
     for overview in ("page: / (overview, last hour)", "page: /?window=day"):
         assert rows.pop(overview) in (1 + 8, *range(1 + 8 + 2, 1 + 8 + 1 + 5 + 1))
+    assert rows.pop("usage: today by project (the overview's cost)") in range(6)
     assert (
         rows
         == {
@@ -178,16 +179,27 @@ async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path
             "tasks: deep cursor (middle)": 50,
             "tasks: deep cursor, status failed": statuses[:199].count("failed"),  # older than 200
             "tasks: worker": min(len(worker_3), 50),
+            "tasks: worker, status dead": [statuses[g - 1] for g in worker_3].count("dead"),
+            "tasks: worker, status cancelled (none)": 0,
             "tasks: context": 1,
+            "tasks: agent": 50,  # 80 of dash-agent-3
+            "tasks: agent, status dead": [s for g, s in enumerate(statuses, 1) if g % 5 == 3].count(
+                "dead"
+            ),
+            "tasks: agent with no tasks": 0,
             "tasks: counts per status": 7,
+            "stats": 7,  # statuses some task is in
             "audit: no filter": 50,
             "audit: one task's entries": 3,  # task 200: created, leased, completed
             # the pages: table rows, a header row each
             "page: /tasks": 1 + 50,
             "page: /tasks?status=queued": 1 + statuses.count("queued"),
+            "page: /tasks?agent=…": 1 + 50,
+            "page: /tasks?q=… (1 task)": 1 + 1,  # ticket 133
             "page: /tasks, deep cursor (middle)": 1 + 50,
             "page: /tasks/{id}": 1 + 1,  # task 200's one attempt
             "page: /audit": 1 + 50,
+            "route: GET /api/runtime/stats": 1,
         }
     )
     again = await run_dashboard(options)

@@ -13,12 +13,14 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import Select
 
 from bloom.db.database import resolve_database
+from bloom.domain.states import TaskStatus
 from bloom.runtime.storage.tables import (
     audit_logs,
     leases,
     llm_results,
     llm_tasks,
     runtime_artifacts,
+    task_counts,
 )
 
 
@@ -84,6 +86,20 @@ class DatabaseProbe:
 
     def audit_actions(self, task_id: str) -> Counter[str]:
         return Counter(entry["action"] for entry in self.audit(task_id))
+
+    def full_counts(self) -> tuple[dict[str, int], int]:
+        """Tasks per status (every status named) and leases, counted through the tables."""
+        by_status = select(llm_tasks.c.status, func.count().label("n")).group_by("status")
+        counted = {row["status"]: row["n"] for row in self.rows(by_status)}
+        return {str(s): counted.get(str(s), 0) for s in TaskStatus}, self.count(leases)
+
+    def kept_counts(self) -> tuple[dict[str, int], int]:
+        """The same as the database keeps them (`task_counts`), summed over the slots by hand."""
+        sums = [
+            func.coalesce(func.sum(c), 0).label(c.name) for c in task_counts.c if c.name != "slot"
+        ]
+        (row,) = self.rows(select(*sums))
+        return {str(s): int(row[str(s)]) for s in TaskStatus}, int(row["leases"])
 
     def snapshot(self, task_id: str) -> dict[str, Any]:
         """Everything a fenced call on `task_id` could change: the task row, its leases, and

@@ -34,9 +34,10 @@ from bloom.domain.clock import system_clock
 from bloom.domain.history import Overview
 from bloom.domain.paging import Cursor, Page
 from bloom.domain.states import TaskStatus
+from bloom.domain.usage import UsageGroup, UsageReport
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
-from bloom.runtime.services.records import AuditFilter
+from bloom.runtime.services.records import AuditFilter, Stats
 from bloom.runtime.services.tasks import TaskFilter
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage import bulk, bulk_history
@@ -106,7 +107,7 @@ async def run_dashboard(options: DashboardOptions) -> DashboardReport:
             timings = [await _time(name, read, options.runs) for name, read in reads.items()]
         finally:
             await container.close()
-        timings += await _time_pages(settings, Cursor(*middle), options.runs)
+        timings += await _time_pages(settings, Cursor(*middle), options.tasks, options.runs)
     return DashboardReport(
         tasks=options.tasks,
         inserted=inserted,
@@ -145,8 +146,21 @@ def _reads(container: Container, tasks: int, middle: Cursor) -> dict[str, Read]:
             TaskFilter(status=TaskStatus.FAILED), after=middle
         ),
         "tasks: worker": page(TaskFilter(worker_id="dash-w3")),
+        "tasks: worker, status dead": page(TaskFilter(worker_id="dash-w3", status=TaskStatus.DEAD)),
+        "tasks: worker, status cancelled (none)": page(
+            TaskFilter(worker_id="dash-w3", status=TaskStatus.CANCELLED)
+        ),
         "tasks: context": page(TaskFilter(context_id="dash-ctx-17")),
+        "tasks: agent": page(TaskFilter(agent_slug="dash-agent-3")),
+        "tasks: agent, status dead": page(
+            TaskFilter(agent_slug="dash-agent-3", status=TaskStatus.DEAD)
+        ),
+        "tasks: agent with no tasks": page(TaskFilter(agent_slug="dash-agent-none")),
         "tasks: counts per status": container.tasks.counts,
+        "stats": records.stats,
+        "usage: today by project (the overview's cost)": lambda: container.usage.report(
+            UsageGroup.PROJECT, limit=8
+        ),
         "audit: no filter": audit(AuditFilter()),
         "audit: one task's entries": audit(AuditFilter(entity_id=middle.id)),
     }
@@ -157,22 +171,27 @@ PAGES = {
     "page: /?window=day": "/?window=day",
     "page: /tasks": "/tasks",
     "page: /tasks?status=queued": "/tasks?status=queued",
+    "page: /tasks?agent=…": "/tasks?agent=dash-agent-3",
+    "page: /tasks?q=… (1 task)": "/tasks?q=ticket+{rare}+",
     "page: /tasks, deep cursor (middle)": "/tasks?after={cursor}",
     "page: /tasks/{id}": "/tasks/{task}",
     "page: /audit": "/audit",
+    "route: GET /api/runtime/stats": "/api/runtime/stats",
 }
 
 
-async def _time_pages(settings: RuntimeSettings, middle: Cursor, runs: int) -> list[Timing]:
+async def _time_pages(
+    settings: RuntimeSettings, middle: Cursor, tasks: int, runs: int
+) -> list[Timing]:
     """The pages, through the app in-process (no key set: the open development mode); the deep
-    ones at the middle task."""
+    ones at the middle task, the text one a text only one task's prompt holds."""
     app = create_app(
         settings.model_copy(update={"membridge_retries": 0, "rate_limit_enabled": False})
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
-            values = {"task": middle.id, "cursor": middle.encode()}
+            values = {"task": middle.id, "cursor": middle.encode(), "rare": tasks // 3}
 
             def get(path: str) -> Read:
                 async def read() -> httpx.Response:
@@ -206,11 +225,16 @@ async def _time(name: str, read: Read, runs: int) -> Timing:
 
 def _rows(result: Any) -> int:
     if isinstance(result, httpx.Response):
-        return result.text.count("<tr")
+        is_html = result.headers.get("content-type", "").startswith("text/html")
+        return result.text.count("<tr") if is_html else 1
     if isinstance(result, Page):
         return len(result.items)
     if isinstance(result, Overview):
         return len(result.throughput)
+    if isinstance(result, UsageReport):
+        return len(result.groups)
+    if isinstance(result, Stats):
+        return len(result.tasks["by_status"])  # type: ignore[arg-type]
     return len(result) if isinstance(result, Sized) else 0
 
 

@@ -78,6 +78,7 @@ async def test_ten_concurrent_duplicate_completes_record_one_result(
         assert probe.audit_actions(task_id)["task_completed"] == 1
         assert probe.task(task_id)["status"] == "completed"
         assert [lease["status"] for lease in probe.leases_of(task_id)] == ["released"]
+    assert probe.kept_counts() == probe.full_counts()  # each task counted once, as completed
 
 
 async def test_conflicting_concurrent_completes_keep_one_outcome(
@@ -112,3 +113,4 @@ async def test_conflicting_concurrent_completes_keep_one_outcome(
         assert actions["task_completed"] == (result["status"] == "success")
         expected_artifacts = 1 if result["status"] == "success" else 0
         assert len([a for a in probe.artifacts() if a["task_id"] == task_id]) == expected_artifacts
+    assert probe.kept_counts() == probe.full_counts()  # each task counted once, in its outcome

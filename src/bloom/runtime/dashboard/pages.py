@@ -119,6 +119,8 @@ async def tasks_page(
     context_ = {
         "tasks": page.items,
         "next_cursor": page.next.encode() if page.next else None,
+        "page_size": PAGE_SIZE,
+        "search_window": c.tasks.search_window,
         "paged": cursor is not None,
         "filters": query,
         "statuses": [s.value for s in TaskStatus],

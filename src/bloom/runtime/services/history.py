@@ -28,7 +28,9 @@ class HistoryService:
         already (the first one of the minute stays), and delete samples older than eight days."""
         now = self.clock()
         async with self.db.read() as tx:
-            queued, running = await tx.tasks.depth()
+            counted, _ = await tx.counts.totals()
+        queued = counted[TaskStatus.QUEUED]
+        running = counted[TaskStatus.LEASED] + counted[TaskStatus.RUNNING]
         async with self.db.write() as tx:
             await tx.samples.add(DepthSample(minute_of(now), queued, running))
             await tx.samples.prune(before=now - SAMPLE_RETENTION_MS)
@@ -38,7 +40,7 @@ class HistoryService:
         its multiples (the last one holds now and is still filling)."""
         window = Window.ending_at(self.clock(), window_ms=window_ms, bucket_ms=bucket_ms)
         async with self.db.read() as tx:
-            counted = await tx.tasks.count_by_status()
+            counted, _ = await tx.counts.totals()
             workers_total, workers_online = await tx.workers.totals()
             active_leases = await tx.leases.count_active()
             oldest_queued_at = await tx.tasks.oldest_queued_at()
@@ -48,7 +50,7 @@ class HistoryService:
             depth = await tx.samples.between(window.first, window.end)
         throughput = window.fill(per_bucket)
         return Overview(
-            counts={str(status): counted.get(str(status), 0) for status in TaskStatus},
+            counts=counted,
             workers_total=workers_total,
             workers_online=workers_online,
             active_leases=active_leases,

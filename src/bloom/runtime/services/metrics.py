@@ -156,7 +156,7 @@ class MetricsService:
 
     async def snapshot(self) -> Snapshot:
         async with self.db.read() as tx:
-            tasks = await tx.tasks.count_by_status()
+            tasks, _ = await tx.counts.totals()
             workers = await tx.workers.find()
             active = await tx.leases.active_counts()
             leases_active, leases_stalled = await tx.leases.active_and_stalled()

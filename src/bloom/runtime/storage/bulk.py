@@ -32,6 +32,7 @@ from sqlalchemy.pool import NullPool
 
 from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.domain.policy import DEFAULT_POLICY
+from bloom.runtime.storage.repositories.counts import RECOUNT
 from bloom.runtime.storage.tables import llm_tasks
 
 Progress = Callable[[int, int], None]
@@ -84,12 +85,37 @@ def fill_queue(target: DatabaseTarget, total: int, progress: Progress | None = N
         while done < missing:
             rows = min(CHUNK_ROWS, missing - done)
             last_ms = max(time.time_ns() // 1_000_000, last_ms + 1)
-            with conn.begin():
+            with conn.begin(), counted_in_bulk(conn, target.kind):
                 conn.execute(_insert_chunk(target.kind, rows, last_ms))
             done += rows
             if progress is not None:
                 progress(done, missing)
     return missing
+
+
+_COUNTING_TRIGGERS = (
+    ("llm_tasks", "task_counts_on_insert"),
+    ("leases", "task_counts_on_lease_insert"),
+)
+
+
+@contextmanager
+def counted_in_bulk(conn: Connection, kind: StorageKind) -> Iterator[None]:
+    """Within a transaction: rows inserted in bulk are counted once, after them (`RECOUNT`), with
+    PostgreSQL's counting triggers off meanwhile. Each trigger would rewrite the transaction's
+    one counter row, and a row rewritten N times in one transaction costs N² (50,000 rows: 23
+    s instead of 0.1). Disabling a trigger locks its table until the commit, so the recount is
+    exact. SQLite's triggers rewrite the row in place: left on."""
+    if kind is not StorageKind.POSTGRESQL:
+        yield
+        return
+    for table, trigger in _COUNTING_TRIGGERS:
+        conn.execute(text(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}"))
+    yield
+    for table, trigger in _COUNTING_TRIGGERS:
+        conn.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
+    for statement in RECOUNT:
+        conn.execute(statement)
 
 
 def settle(target: DatabaseTarget) -> None:

@@ -35,7 +35,15 @@ from sqlalchemy import (
 from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.domain.history import MINUTE_MS
 from bloom.domain.policy import DEFAULT_POLICY
-from bloom.runtime.storage.bulk import CHUNK_ROWS, Progress, connect, random_tail, series, uuid7
+from bloom.runtime.storage.bulk import (
+    CHUNK_ROWS,
+    Progress,
+    connect,
+    counted_in_bulk,
+    random_tail,
+    series,
+    uuid7,
+)
 from bloom.runtime.storage.tables import audit_logs, leases, llm_results, llm_tasks, queue_samples
 
 AGENT_PREFIX = "dash-agent-"
@@ -99,7 +107,7 @@ def fill_history(
         while done < missing:
             rows = min(CHUNK_ROWS, missing - done)
             first = existing + done + 1
-            with conn.begin():
+            with conn.begin(), counted_in_bulk(conn, target.kind):
                 _insert_chunk(conn, target.kind, first, rows, start=start, step=step, now=now_ms)
             done += rows
             if progress is not None:

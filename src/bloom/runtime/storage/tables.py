@@ -72,10 +72,28 @@ Index(
 Index("ix_llm_tasks_created_at", llm_tasks.c.created_at)
 Index("ix_llm_tasks_status_created_at", llm_tasks.c.status, llm_tasks.c.created_at)
 Index("ix_llm_tasks_idempotency_key", llm_tasks.c.idempotency_key, unique=True)
-# ours: the dashboard's listings of one worker's or one context's tasks, newest first (without
-# them, a worker or context with few tasks has the newest-first scan read the whole table)
+# ours: the dashboard's listings of one worker's, context's or agent's tasks, newest first (without
+# them, one with few or only old tasks has the newest-first scan read the whole table)
 Index("ix_llm_tasks_worker_created_at", llm_tasks.c.worker_id, llm_tasks.c.created_at)
 Index("ix_llm_tasks_context_created_at", llm_tasks.c.context_id, llm_tasks.c.created_at)
+Index("ix_llm_tasks_agent_created_at", llm_tasks.c.agent_slug, llm_tasks.c.created_at)
+
+# ours: tasks per status and leases ever granted, kept by the database itself (migration 0011's
+# triggers on llm_tasks and leases, in the changing transaction), so the dashboard and /stats read
+# a few rows instead of counting every task. The counts are the sums over all slots: PostgreSQL
+# spreads concurrent transactions over 32 slot rows (fillfactor 10, so that their updates stay
+# HOT), SQLite (one writer) uses slot 0. A migration that rebuilds llm_tasks or leases on SQLite
+# (batch mode) drops their triggers: it must create them again.
+task_counts = Table(
+    "task_counts",
+    metadata,
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    *(
+        Column(name, BigInteger, nullable=False, server_default="0")
+        for name in ("queued", "leased", "running", "completed", "failed", "dead", "cancelled")
+    ),
+    Column("leases", BigInteger, nullable=False, server_default="0"),
+)
 
 leases = Table(
     "leases",

@@ -8,6 +8,7 @@ from bloom.db.database import Database
 from bloom.db.executor import Connection
 from bloom.domain.models import AuditEntry
 from bloom.runtime.storage.repositories.budgets import BudgetRepository
+from bloom.runtime.storage.repositories.counts import CountRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.keepers import KeeperRepository
@@ -64,6 +65,10 @@ class Repositories:
     @cached_property
     def samples(self) -> SampleRepository:
         return SampleRepository(self.connection)
+
+    @cached_property
+    def counts(self) -> CountRepository:
+        return CountRepository(self.connection)
 
     @cached_property
     def events(self) -> EventRepository:

@@ -58,7 +58,6 @@ _COUNT_ACTIVE_FOR_WORKER = select(func.count()).where(
     lz.c.worker_id == bindparam("b_worker"), ACTIVE
 )
 _ACTIVE_COUNTS = select(lz.c.worker_id, func.count()).where(ACTIVE).group_by(lz.c.worker_id)
-_TOTALS = select(func.count(), func.count().filter(ACTIVE))
 _DELIVER_ASSIGNED = (
     update(lz)
     .where(
@@ -291,11 +290,6 @@ class LeaseRepository(Repository):
 
     async def active_counts(self) -> dict[str, int]:
         return {worker_id: count for worker_id, count in await self.rows(_ACTIVE_COUNTS)}
-
-    async def totals(self) -> tuple[int, int]:
-        """(all leases, active leases)."""
-        [(total, active)] = await self.rows(_TOTALS)
-        return int(total), int(active or 0)
 
     async def task_with_lease(
         self, task_id: str, lease_id: str | None

@@ -10,7 +10,6 @@ from sqlalchemy import (
     exists,
     func,
     insert,
-    literal_column,
     or_,
     select,
     update,
@@ -64,14 +63,7 @@ _LIST = (
     .offset(bindparam("b_offset"))
 )
 _LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
-_COUNT_BY_STATUS = select(t.c.status, func.count()).group_by(t.c.status)
 _OLDEST_QUEUED = select(func.min(t.c.created_at)).where(is_state(t.c.status, "queued"))
-_DEPTH = select(
-    func.count().filter(is_state(t.c.status, "queued")).label("queued"),
-    func.count()
-    .filter(or_(is_state(t.c.status, "leased"), is_state(t.c.status, "running")))
-    .label("running"),
-).where(t.c.status.in_([literal_column(f"'{s}'") for s in ("queued", "leased", "running")]))
 
 _PAGE_EQUALS = {
     "status": t.c.status,
@@ -79,16 +71,53 @@ _PAGE_EQUALS = {
     "context_id": t.c.context_id,
     "agent_slug": t.c.agent_slug,
 }
-"""The page filters that are equality on a column, by their parameter name."""
+"""The page filters that are equality on a column, by their parameter name; each has an index
+on (it, created_at)."""
 
 
-@functools.cache
-def _page_statement(kind: str, equal: frozenset[str], text: bool, after: bool) -> Any:
-    """One page of tasks, newest first by (created_at, id), for one shape of filter: equality on
-    the columns named in `equal`, a `text` match, rows older than a cursor (`after`)."""
+def _listing(equal: frozenset[str], after: bool) -> Any:
+    """Tasks newest first by (created_at, id), equal to the columns named, older than a cursor:
+    one index walked in order (`_PAGE_EQUALS`' for one column, created_at's for none)."""
     stmt = select(*TASK_COLUMNS).order_by(t.c.created_at.desc(), t.c.id.desc())
     for name in sorted(equal):
         stmt = stmt.where(_PAGE_EQUALS[name] == bindparam(f"b_{name}"))
+    return stmt.where(older_than(t.c.created_at, t.c.id)) if after else stmt
+
+
+@functools.cache
+def _page_statement(equal: frozenset[str], after: bool) -> Any:
+    """One page of tasks under at most one equality: its index walked, `b_limit` rows read."""
+    return _listing(equal, after).limit(bindparam("b_limit"))
+
+
+@functools.cache
+def _window_end_statement(after: bool) -> Any:
+    """The created_at of a window's last task: the `b_window`-th of the whole listing, counted
+    from the millisecond before the cursor's (from created_at's index alone), when it holds
+    that many. So a window also holds the rest of the cursor's millisecond and of its own last
+    one (tasks created in the same millisecond: a few), and always ends before the cursor."""
+    stmt = select(t.c.created_at).order_by(t.c.created_at.desc())
+    if after:
+        stmt = stmt.where(t.c.created_at < bindparam("b_at", type_=t.c.created_at.type))
+    return stmt.offset(bindparam("b_window") - 1).limit(1)
+
+
+_WINDOW_LAST = select(func.min(t.c.id)).where(t.c.created_at == bindparam("b_end_at"))
+"""The id a window ends at: its last millisecond's oldest task's."""
+
+
+@functools.cache
+def _window_statement(kind: str, equal: frozenset[str], text: bool, after: bool, end: bool) -> Any:
+    """One page of the tasks of a window (from the cursor down to created_at `b_end_at`, with
+    `end`) that equal the columns named and, with `text`, hold the text.
+
+    The window is a range of created_at, so whichever index the planner walks (created_at's,
+    or an equality's after its column), it reads the window's rows at most, and stops once it
+    has the page's. (A window as a subquery, LIMIT `b_window` under the filters, is not: the
+    planner may walk created_at's index, filtering, until it has that many matches.)"""
+    stmt = _listing(equal, after)
+    if end:
+        stmt = stmt.where(t.c.created_at >= bindparam("b_end_at", type_=t.c.created_at.type))
     if text:
         # Case folded for ASCII only, as SQLite's LIKE does: on PostgreSQL the C collation's
         # ILIKE scans twice as fast as a UTF-8 one's, and keeps the planner's estimate. Ids are
@@ -100,8 +129,6 @@ def _page_statement(kind: str, equal: frozenset[str], text: bool, after: bool) -
                 t.c.id.like(bindparam("b_id_part"), escape=LIKE_ESCAPE),
             )
         )
-    if after:
-        stmt = stmt.where(older_than(t.c.created_at, t.c.id))
     return stmt.limit(bindparam("b_limit"))
 
 
@@ -280,32 +307,41 @@ class TaskRepository(Repository):
         text: str | None,
         after: Cursor | None,
         limit: int,
-    ) -> list[Task]:
+        window: int,
+    ) -> tuple[list[Task], Cursor | None]:
         """Up to `limit` tasks, newest first, older than `after`: those whose columns equal
         `equal` (status, worker_id, context_id, agent_slug) and, with `text`, whose prompt holds
-        it (in any ASCII case) or whose id does (a shown short id is the id's tail)."""
+        it (in any ASCII case) or whose id does (a shown short id is the id's tail).
+
+        Under one equality or none, its index holds just those tasks: the page reads `limit`
+        rows. Under more, or a text, it searches a window of the next `window` tasks, newest
+        first (and the rest of the last one's millisecond), and no further; when the page is
+        not filled and the listing goes on, the second value is where the search stopped (the
+        window's last task): the next page searches on after it."""
         params: dict[str, Any] = {f"b_{name}": value for name, value in equal.items()}
         params["b_limit"] = limit
+        if after is not None:
+            params["b_at"], params["b_after_id"] = after.at, after.id
+        if text is None and len(equal) <= 1:
+            statement = _page_statement(frozenset(equal), after is not None)
+            return await self.all(Task, statement, params), None
         if text is not None:
             literal = like_literal(text)
             params["b_contains"] = f"%{literal}%"
             params["b_id_part"] = f"%{literal.lower()}%"
-        if after is not None:
-            params["b_at"], params["b_after_id"] = after.at, after.id
-        stmt = _page_statement(self.kind, frozenset(equal), text is not None, after is not None)
-        return await self.all(Task, stmt, params)
+        params["b_window"] = window
+        end_at = await self.scalar(_window_end_statement(after is not None), params)
+        if end_at is not None:
+            params["b_end_at"] = end_at
+        shape = (frozenset(equal), text is not None, after is not None, end_at is not None)
+        found = await self.all(Task, _window_statement(self.kind, *shape), params)
+        if len(found) >= limit or end_at is None:
+            return found, None
+        return found, Cursor(int(end_at), str(await self.scalar(_WINDOW_LAST, params)))
 
     async def oldest_queued_at(self) -> int | None:
         value = await self.scalar(_OLDEST_QUEUED)
         return None if value is None else int(value)
-
-    async def depth(self) -> tuple[int, int]:
-        """(queued tasks, leased or running tasks)."""
-        [(queued, running)] = await self.rows(_DEPTH)
-        return int(queued or 0), int(running or 0)
-
-    async def count_by_status(self) -> dict[str, int]:
-        return {status: count for status, count in await self.rows(_COUNT_BY_STATUS)}
 
     async def transition(
         self,
