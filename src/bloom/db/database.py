@@ -238,6 +238,24 @@ class Database(Generic[R]):
             self._committed(repositories)
 
     @contextlib.asynccontextmanager
+    async def single(self) -> AsyncIterator[R]:
+        """Every repository, for a unit of work that writes in one statement. On PostgreSQL no
+        transaction is opened: the statement commits alone, atomically and as durably as any
+        commit, and the BEGIN and COMMIT round trips are saved. SQLite: `write()`. Rows may
+        not be appended (they would commit apart). The `committed` hook then sees them."""
+        if self.kind is not StorageKind.POSTGRESQL:
+            async with self.write() as repositories:
+                yield repositories
+            return
+        async with self.connection(write=False) as connection:
+            repositories = self._repositories(connection)
+            yield repositories
+            if connection.pending:
+                raise RuntimeError("rows appended outside a transaction")
+        if self._committed is not None:
+            self._committed(repositories)
+
+    @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[R]:
         """Every repository, for reads; each statement sees the latest committed state."""
         async with self.connection(write=False) as connection:

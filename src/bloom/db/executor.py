@@ -212,6 +212,11 @@ class Connection:
         self._appended: list[Appended] = []
         self._appended_to: set[str] = set()
 
+    @property
+    def pending(self) -> bool:
+        """Whether appended rows wait to be inserted."""
+        return bool(self._appended)
+
     def append(self, table: Table, values: Mapping[str, Any]) -> None:
         """Insert a row, nothing read back, at the latest before the transaction commits."""
         self._appended.append((table, dict(values)))

@@ -141,6 +141,12 @@ class AttemptService:
     ) -> Beat:
         """Extend a live lease; the first heartbeat moves the task from leased to running."""
         now = self.clock()
+        if lease_id is not None:
+            beat = await self._beat(task_id, lease_id, worker_id, now)
+            if beat is not None:
+                return beat
+        # The lease is not named, or is not live (or, on PostgreSQL, not the caller's): the
+        # same in steps, for the seed clients' default and for the refusal's reason.
         async with self.db.write() as tx:
             if lease_id is None:
                 task = await tx.tasks.get(task_id)
@@ -171,6 +177,35 @@ class AttemptService:
                         )
                     )
         return Beat(lease, status, renewal.cancel_requested)
+
+    async def _beat(
+        self, task_id: str, lease_id: str, worker_id: str | None, now: int
+    ) -> Beat | None:
+        """PostgreSQL: the heartbeat in one statement that commits alone (`LeaseRepository.beat`);
+        None when the lease is not live and the caller's, or on SQLite."""
+        if self.db.kind != "postgresql":
+            return None
+        audit_id = new_id(now)
+        async with self.db.single() as tx:
+            done = await tx.leases.beat(lease_id, task_id, worker_id, now, audit_id)
+            if done is None:
+                return None
+            renewal, started = done
+            lease = renewal.lease
+            if started:
+                tx.audit.written(
+                    replace(
+                        task_audit(
+                            AuditAction.TASK_RUNNING,
+                            task_id,
+                            now=now,
+                            actor=lease.worker_id,
+                            detail=f"Worker {lease.worker_id} started lease {lease.id}",
+                        ),
+                        id=audit_id,
+                    )
+                )
+        return Beat(lease, renewal.task_status, renewal.cancel_requested)
 
     async def complete(
         self,

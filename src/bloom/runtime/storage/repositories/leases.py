@@ -13,7 +13,11 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    insert,
+    literal,
+    or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -29,7 +33,7 @@ from bloom.db.repository import (
 from bloom.domain.models import Lease, Task
 from bloom.domain.stall import Stall
 from bloom.domain.states import LeaseStatus, TaskStatus
-from bloom.runtime.storage.tables import leases, llm_tasks, task_event_totals
+from bloom.runtime.storage.tables import audit_logs, leases, llm_tasks, task_event_totals
 
 LEASE_COLUMNS = entity_columns(leases, Lease)
 TASK_COLUMNS = entity_columns(llm_tasks, Task)
@@ -100,6 +104,71 @@ _RENEW = (
         claimed_at=func.coalesce(lz.c.claimed_at, bindparam("b_now")),
     )
     .returning(*LEASE_COLUMNS, *_TASK_STATE.values())
+)
+# PostgreSQL: a whole heartbeat in one statement, so it commits alone (no BEGIN, no COMMIT):
+# `_RENEW` (held by the worker named, if one is), and on the first beat the task moved from
+# leased to running, fenced by the lease, with its audit entry (the same words as
+# `AttemptService.heartbeat`'s). Every row of the statement commits together, or none does.
+_BEAT_NOW = bindparam("b_now", type_=BigInteger())
+_BEAT_WORKER = bindparam("b_worker", type_=String())
+_renewed = (
+    update(lz)
+    .where(
+        lz.c.id == bindparam("b_id"),
+        lz.c.task_id == bindparam("b_task"),
+        ACTIVE,
+        lz.c.expires_at >= _BEAT_NOW,
+        or_(_BEAT_WORKER.is_(None), lz.c.worker_id == _BEAT_WORKER),
+    )
+    .values(
+        last_heartbeat=_BEAT_NOW,
+        expires_at=_BEAT_NOW + lz.c.ttl_seconds * 1000,
+        claimed_at=func.coalesce(lz.c.claimed_at, _BEAT_NOW),
+    )
+    .returning(*LEASE_COLUMNS)
+    .cte("renewed")
+)
+_started = (
+    update(llm_tasks)
+    .where(
+        llm_tasks.c.id == _renewed.c.task_id,
+        is_state(llm_tasks.c.status, "leased"),
+        llm_tasks.c.lease_id == _renewed.c.id,
+    )
+    .values(status=TaskStatus.RUNNING.value, updated_at=_BEAT_NOW)
+    .returning(llm_tasks.c.id, llm_tasks.c.cancel_requested)
+    .cte("started")
+)
+_AUDIT_COLUMNS = ("id", "timestamp", "action", "entity_type", "entity_id", "actor", "detail")
+_noted = (
+    insert(audit_logs)
+    .from_select(
+        [*_AUDIT_COLUMNS, "task_id"],
+        select(
+            bindparam("b_audit_id", type_=String()),
+            _BEAT_NOW,
+            literal("task_running", String()),
+            literal("llm_task", String()),
+            _renewed.c.task_id,
+            _renewed.c.worker_id,
+            literal("Worker ", String())
+            + _renewed.c.worker_id
+            + literal(" started lease ", String())
+            + _renewed.c.id,
+            _renewed.c.task_id,
+        ).select_from(_renewed.join(_started, _started.c.id == _renewed.c.task_id)),
+    )
+    .cte("noted")
+)
+_BEAT = (
+    select(
+        *(_renewed.c[column.name] for column in LEASE_COLUMNS),
+        _started.c.id.is_not(None).label("started"),
+        _TASK_STATE["status"],
+        _TASK_STATE["cancel_requested"],
+    )
+    .select_from(_renewed.outerjoin(_started, true()))
+    .add_cte(_noted)
 )
 _HOLD_FOR_DELIVERY = (
     update(lz)
@@ -329,6 +398,31 @@ class LeaseRepository(Repository):
         task_status = TaskStatus(values.pop("task_status"))
         cancel_requested = bool(values.pop("task_cancel_requested"))
         return Renewal(to_entity(Lease, values), task_status, cancel_requested)
+
+    async def beat(
+        self, lease_id: str, task_id: str, worker_id: str | None, now: int, audit_id: str
+    ) -> tuple[Renewal, bool] | None:
+        """PostgreSQL: a heartbeat in one statement (`_BEAT`), to run outside a transaction: the
+        live lease of `task_id` (held by `worker_id`, when given) renewed, and its task moved
+        from leased to running with an audit entry of id `audit_id` if it was leased. The
+        renewal and whether the task started; None when the lease is not live (nothing is
+        written then)."""
+        params = {
+            "b_id": lease_id,
+            "b_task": task_id,
+            "b_worker": worker_id,
+            "b_now": now,
+            "b_audit_id": audit_id,
+        }
+        rows = await self.run(_BEAT, params)
+        if not rows:
+            return None
+        values = dict(rows[0])
+        started = bool(values.pop("started"))
+        task_status = TaskStatus(values.pop("task_status"))
+        status = TaskStatus.RUNNING if started else task_status
+        cancel_requested = bool(values.pop("task_cancel_requested"))
+        return Renewal(to_entity(Lease, values), status, cancel_requested), started
 
     async def hold_for_delivery(self, lease_id: str, now: int, until: int) -> Lease | None:
         """Push a live lease's expiry out to `until` (never nearer); None if it has lapsed."""

@@ -277,6 +277,11 @@ class AuditRepository(Repository):
         self.append_row(aud, entity_values(entry, AUDIT_COLUMNS))
         self.added.append(entry)
 
+    def written(self, entry: AuditEntry) -> None:
+        """An entry another statement of this transaction inserted (the one-statement writes:
+        a heartbeat, a create), for the `committed` hook."""
+        self.added.append(entry)
+
     async def find(self, *, limit: int, task_id: str | None = None) -> list[AuditEntry]:
         if task_id is None:
             return await self.all(AuditEntry, _AUDIT_LIST, {"b_limit": limit})
