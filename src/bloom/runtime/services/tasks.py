@@ -10,12 +10,12 @@ from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id
-from bloom.domain.models import Task
+from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
-from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
@@ -85,8 +85,22 @@ class TaskService:
         """Queue a task, audited as `actor`'s (the seed's "api" when None). Returns (task,
         created); a known idempotency key returns the task it created before, provided the
         request is the same."""
+        if new.idempotency_key is None and self.db.kind == "postgresql":
+            return await self._queue(new, actor or "api"), True
         (created,) = await self.create_many([new], actor)
         return created
+
+    async def _queue(self, new: NewTask, actor: str) -> Task:
+        """PostgreSQL, a task without an idempotency key: its row, its audit entry and whom it
+        wakes in one statement that commits alone (`TaskRepository.insert_queued`)."""
+        now = self.clock()
+        task = self._task(new, now)
+        entry = self._created_audit(task, now, actor)
+        async with self.db.single() as tx:
+            ready, keeper = await tx.tasks.insert_queued(task, entry, self.leasing.keeping(now))
+            tx.audit.written(entry)
+        self.signal.changed(Wake.for_tasks([keeper]) if ready else Wake(0))
+        return task
 
     async def create_many(
         self, news: list[NewTask], actor: str | None = None
@@ -110,7 +124,19 @@ class TaskService:
             known = await self._known(tx, new.idempotency_key, fingerprint)
             if known is not None:
                 return known, False
-        task = Task(
+        task = self._task(new, now)
+        if not await tx.tasks.insert(task, fingerprint):
+            # a concurrent create with the same key got there first
+            assert new.idempotency_key is not None
+            known = await self._known(tx, new.idempotency_key, fingerprint)
+            assert known is not None
+            return known, False
+        await tx.audit.add(self._created_audit(task, now, actor))
+        return task, True
+
+    @staticmethod
+    def _task(new: NewTask, now: int) -> Task:
+        return Task(
             id=new_id(now),
             context_id=new.context_id,
             agent_slug=new.agent_slug,
@@ -129,22 +155,16 @@ class TaskService:
             idempotency_key=new.idempotency_key,
             queued_at=now,
         )
-        if not await tx.tasks.insert(task, fingerprint):
-            # a concurrent create with the same key got there first
-            assert new.idempotency_key is not None
-            known = await self._known(tx, new.idempotency_key, fingerprint)
-            assert known is not None
-            return known, False
-        await tx.audit.add(
-            task_audit(
-                AuditAction.TASK_CREATED,
-                task.id,
-                now=now,
-                actor=actor,
-                detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
-            )
+
+    @staticmethod
+    def _created_audit(task: Task, now: int, actor: str) -> AuditEntry:
+        return task_audit(
+            AuditAction.TASK_CREATED,
+            task.id,
+            now=now,
+            actor=actor,
+            detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
         )
-        return task, True
 
     @staticmethod
     async def _known(tx: Repositories, key: str, fingerprint: str | None) -> Task | None:

@@ -32,6 +32,18 @@ def context_owner(tasks: Table) -> Any:
     )
 
 
+def context_owner_named() -> Any:
+    """The worker of the newest lease of the context `b_context`."""
+    held = leases.alias("held")
+    return (
+        select(held.c.worker_id)
+        .where(held.c.context_id == bindparam("b_context"))
+        .order_by(held.c.started_at.desc(), held.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
 def may_keep(owner: Any) -> list[ColumnElement[bool]]:
     """`owner` (an alias of workers) can take its context's next task now: online, seen since
     `b_live_cutoff`, ready, not paused at `b_now`, a slot free."""
@@ -79,6 +91,25 @@ def _keepers(*where: ColumnElement[bool]) -> Any:
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .limit(bindparam("b_limit"))
     )
+
+
+def keeper_named() -> tuple[Any, Any]:
+    """(held, keeper) of a task about to be queued now, of context `b_context` and agent
+    `b_agent`, not yet in the table (`_keepers` for a fresh task: queued, no backoff, within
+    the sticky wait): whether its project's budget is held (then it is not ready, and wakes
+    nobody), and its keeper (NULL: nobody keeps it)."""
+    owner = workers.alias("owner")
+    keeper = (
+        select(owner.c.id)
+        .where(owner.c.id == context_owner_named(), *may_keep(owner))
+        .scalar_subquery()
+    )
+    held = (
+        select(budgets.c.project)
+        .where(budgets.c.project == bindparam("b_agent"), budgets.c.held_until > bindparam("b_now"))
+        .exists()
+    )
+    return held, keeper
 
 
 _READY_KEEPERS = _keepers()

@@ -1,7 +1,7 @@
 """SQL for `llm_tasks`: inserts, compare-and-set transitions and the claim query."""
 
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import (
@@ -28,11 +28,17 @@ from bloom.db.repository import (
     text_rows,
     to_entity,
 )
-from bloom.domain.models import Task
+from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
-from bloom.runtime.storage.repositories.keepers import context_owner, may_keep, ready_now
-from bloom.runtime.storage.tables import leases, llm_tasks, workers
+from bloom.runtime.storage.repositories.keepers import (
+    context_owner,
+    keeper_named,
+    may_keep,
+    ready_now,
+)
+from bloom.runtime.storage.repositories.records import AUDIT_COLUMNS
+from bloom.runtime.storage.tables import audit_logs, leases, llm_tasks, workers
 
 TASK_COLUMNS = entity_columns(llm_tasks, Task)
 t = llm_tasks
@@ -45,6 +51,29 @@ _INSERT_KEYED = {
     for kind, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
 _GET = select(*TASK_COLUMNS).where(t.c.id == bindparam("b_id"))
+
+
+def _insert_queued() -> Any:
+    """PostgreSQL: a task without an idempotency key queued in one statement, which commits
+    alone: its row and its audit entry (parameters `t_<column>`, `a_<column>`), and whom its
+    queueing wakes (`keeper_named`), read in the same statement."""
+    task_names = [column.name for column in TASK_COLUMNS]
+    made = insert(t).values(
+        {name: bindparam(f"t_{name}", type_=t.c[name].type) for name in task_names}
+    )
+    noted = insert(audit_logs).values(
+        {
+            column.name: bindparam(f"a_{column.name}", type_=column.type)
+            for column in audit_logs.columns
+        }
+    )
+    held, keeper = keeper_named()
+    return select(held.label("held"), keeper.label("keeper")).add_cte(
+        made.cte("made"), noted.cte("noted")
+    )
+
+
+_INSERT_QUEUED = _insert_queued()
 # Only a task in flight: a queued row locked here would make claims (SKIP LOCKED) pass it over.
 _LOCK_IN_FLIGHT = (
     select(t.c.id)
@@ -273,6 +302,23 @@ class TaskRepository(Repository):
             return True
         result = await self.run(_INSERT_KEYED[self.kind], values)
         return bool(result)
+
+    async def insert_queued(
+        self, task: Task, audit: AuditEntry, keeping: Mapping[str, int]
+    ) -> tuple[bool, str | None]:
+        """PostgreSQL: `task` (no idempotency key) and its audit entry inserted in
+        one statement (`_INSERT_QUEUED`), to run outside a transaction; whether it is ready
+        (its project's budget not held) and its keeper, with `keeping`'s cutoffs."""
+        params: dict[str, Any] = {
+            f"t_{name}": value for name, value in entity_values(task, TASK_COLUMNS).items()
+        }
+        params |= {
+            f"a_{name}": value for name, value in entity_values(audit, AUDIT_COLUMNS).items()
+        }
+        params |= {f"b_{name}": value for name, value in keeping.items()}
+        params |= {"b_context": task.context_id, "b_agent": task.agent_slug}
+        row = (await self.run(_INSERT_QUEUED, params))[0]
+        return not row["held"], row["keeper"]
 
     async def get(self, task_id: str) -> Task | None:
         return await self.one(Task, _GET, {"b_id": task_id})
