@@ -16,7 +16,7 @@ from bloom.domain.budget import Crossing
 from bloom.domain.clock import Clock, utc_text
 from bloom.domain.errors import Conflict, NotFound, ServiceError, Unavailable
 from bloom.domain.ids import new_id
-from bloom.domain.models import Artifact, Completion, Lease, Result, Task
+from bloom.domain.models import Artifact, AuditEntry, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
@@ -225,6 +225,11 @@ class AttemptService:
         ending = Ending(task_id, completion, lease_id)
         stored = await self._stored(completion)
         now = self.clock()
+        if claim_next is None:
+            alone = await self._end_alone(ending, stored, worker_id, now)
+            if alone is not None:
+                self._announce([alone], now)
+                return alone.completed
         async with self.db.write() as tx:
             recorded = await self._record(
                 tx, ending, stored, worker_id, now, lock_worker=claim_next is not None
@@ -236,6 +241,47 @@ class AttemptService:
                 following, refused = await _look(claim_next, tx, recorded.lease.worker_id)
         self._announce([recorded], now)
         return replace(recorded.completed, next=following, next_refused=refused)
+
+    async def _end_alone(
+        self, ending: Ending, stored: StoredContent | None, worker_id: str | None, now: int
+    ) -> _Recorded | None:
+        """PostgreSQL: an end that needs no lock and charges no budget, in two statements that
+        each commit alone: the task and the lease read and checked (`fenced`), then every write
+        in one statement whose compare-and-sets are the steps' (`EndRepository.end_alone`).
+        None when that statement wrote nothing (a replay, or a lease that lapsed meanwhile),
+        or for another end: `_record` in a transaction then answers it."""
+        completion = ending.completion
+        usage = Usage.from_metrics(completion.metrics)
+        if (
+            self.db.kind != "postgresql"
+            or _usage_limit_reset(completion, now) is not None
+            or (usage.cost_usd is not None and usage.cost_usd > 0)
+        ):
+            return None
+        async with self.db.single() as tx:
+            task, lease = await fenced(
+                tx, ending.task_id, ending.lease_id, worker_id, completing=True
+            )
+            if lease.status != LeaseStatus.ACTIVE or task.lease_id != lease.id:
+                return None  # a replay, or a refusal: said by the steps
+            values = self._next_task_values(task, completion, now)
+            artifact = self._artifact(task.id, completion, stored, now)
+            result = self._result(task, lease, artifact, completion, usage, now)
+            entry = _audit_entry(replace(task, **values), artifact, completion, lease, now)
+            finished = await tx.ends.end_alone(
+                task.id,
+                lease.id,
+                now,
+                values=values,
+                result=result,
+                artifact=artifact,
+                audit=entry,
+            )
+            if finished is None:
+                return None
+            tx.audit.written(entry)
+        completed = Completed(finished, artifact, result, replayed=False)
+        return _Recorded(completed, lease, usage, [])
 
     async def complete_many(
         self, endings: list[Ending], worker_id: str, *, claim_next: NextLook | None = None
@@ -368,20 +414,7 @@ class AttemptService:
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
         artifact = self._artifact(task.id, completion, stored, now)
-        result = Result(
-            id=new_id(now),
-            task_id=task.id,
-            worker_id=lease.worker_id,
-            artifact_id=artifact.id if artifact else None,
-            status=completion.status,
-            output=completion.output,
-            error_message=completion.error_message,
-            metrics=completion.metrics,
-            completed_at=now,
-            lease_id=lease.id,
-            error_code=completion.error_code,
-            **usage.columns(),
-        )
+        result = self._result(task, lease, artifact, completion, usage, now)
         if artifact is not None:
             await tx.artifacts.insert(artifact)
         await tx.results.insert(result)
@@ -480,6 +513,30 @@ class AttemptService:
         return values
 
     @staticmethod
+    def _result(
+        task: Task,
+        lease: Lease,
+        artifact: Artifact | None,
+        completion: Completion,
+        usage: Usage,
+        now: int,
+    ) -> Result:
+        return Result(
+            id=new_id(now),
+            task_id=task.id,
+            worker_id=lease.worker_id,
+            artifact_id=artifact.id if artifact else None,
+            status=completion.status,
+            output=completion.output,
+            error_message=completion.error_message,
+            metrics=completion.metrics,
+            completed_at=now,
+            lease_id=lease.id,
+            error_code=completion.error_code,
+            **usage.columns(),
+        )
+
+    @staticmethod
     def _artifact(
         task_id: str, completion: Completion, stored: StoredContent | None, now: int
     ) -> Artifact | None:
@@ -510,26 +567,31 @@ class AttemptService:
         lease: Lease,
         now: int,
     ) -> None:
-        """One entry for the attempt's end, named for what it made of the task: `task_completed`
-        for a success, else `FAILURE_ACTIONS`' (retry scheduled, failed, dead, cancelled). Empty
-        parts are left out; a time is ISO 8601 UTC."""
-        duration = completion.metrics.get("duration_ms")
-        status = f"Status: {completion.status}"
-        parts: list[str | None]
-        if task.status == TaskStatus.COMPLETED:
-            action = AuditAction.TASK_COMPLETED
-            parts = [status, f"artifact: {artifact.id}" if artifact else None]
-        else:
-            action = FAILURE_ACTIONS[task.status]
-            code = completion.error_code or ErrorCode.ERROR
-            parts = [
-                status + (f" ({code})" if code != completion.status else ""),
-                completion.error_message,
-            ]
-        parts.append(f"duration: {duration}ms" if duration is not None else None)
-        if task.not_before:
-            parts.append(f"retry not before {utc_text(task.not_before)}")
-        detail = ", ".join(part for part in parts if part)
-        await tx.audit.add(
-            task_audit(action, task.id, now=now, actor=lease.worker_id, detail=detail)
-        )
+        """One entry for the attempt's end (`_audit_entry`)."""
+        await tx.audit.add(_audit_entry(task, artifact, completion, lease, now))
+
+
+def _audit_entry(
+    task: Task, artifact: Artifact | None, completion: Completion, lease: Lease, now: int
+) -> AuditEntry:
+    """One entry for the attempt's end, named for what it made of the task: `task_completed`
+    for a success, else `FAILURE_ACTIONS`' (retry scheduled, failed, dead, cancelled). Empty
+    parts are left out; a time is ISO 8601 UTC."""
+    duration = completion.metrics.get("duration_ms")
+    status = f"Status: {completion.status}"
+    parts: list[str | None]
+    if task.status == TaskStatus.COMPLETED:
+        action = AuditAction.TASK_COMPLETED
+        parts = [status, f"artifact: {artifact.id}" if artifact else None]
+    else:
+        action = FAILURE_ACTIONS[task.status]
+        code = completion.error_code or ErrorCode.ERROR
+        parts = [
+            status + (f" ({code})" if code != completion.status else ""),
+            completion.error_message,
+        ]
+    parts.append(f"duration: {duration}ms" if duration is not None else None)
+    if task.not_before:
+        parts.append(f"retry not before {utc_text(task.not_before)}")
+    detail = ", ".join(part for part in parts if part)
+    return task_audit(action, task.id, now=now, actor=lease.worker_id, detail=detail)

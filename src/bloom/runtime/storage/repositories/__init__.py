@@ -10,6 +10,7 @@ from bloom.domain.models import AuditEntry
 from bloom.runtime.storage.repositories.budgets import BudgetRepository
 from bloom.runtime.storage.repositories.counts import CountRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
+from bloom.runtime.storage.repositories.ends import EndRepository
 from bloom.runtime.storage.repositories.events import EventRepository
 from bloom.runtime.storage.repositories.keepers import KeeperRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
@@ -37,6 +38,10 @@ class Repositories:
     @cached_property
     def tasks(self) -> TaskRepository:
         return TaskRepository(self.connection)
+
+    @cached_property
+    def ends(self) -> EndRepository:
+        return EndRepository(self.connection)
 
     @cached_property
     def leases(self) -> LeaseRepository:
