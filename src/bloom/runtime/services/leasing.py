@@ -344,6 +344,7 @@ class LeaseService:
         if checked_in is None:
             raise NotFound("Worker not found")
         worker, has_assigned = checked_in
+        tx.tasks.walking()  # the check-in set the claim's plan setting (PostgreSQL)
         if not worker.claude_cli:
             raise Conflict(f"Worker '{worker_id}' does not run Claude CLI tasks")
         if worker.status != WorkerStatus.ONLINE or not worker.ready:

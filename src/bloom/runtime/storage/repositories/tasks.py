@@ -507,6 +507,11 @@ class TaskRepository(Repository):
         tasks = await self.all(Task, _CLAIM_SEVERAL, params)
         return sorted(tasks, key=lambda task: (-task.priority, task.created_at, task.id))
 
+    def walking(self) -> None:
+        """`_WALK_THE_QUEUE_INDEX` was set in this transaction by another statement (the
+        worker's check-in: `WorkerRepository.check_in`)."""
+        self._walking = self.is_postgres
+
     async def _walk_the_queue_index(self) -> None:
         if self.is_postgres and not self._walking:
             await self.run(_WALK_THE_QUEUE_INDEX)

@@ -45,6 +45,11 @@ _LOCK_WITH_ASSIGNED = (
     .where(w.c.id == bindparam("b_id"))
     .with_for_update(of=w)
 )
+# PostgreSQL: the same, setting the claim's plan setting for the rest of the transaction (the
+# tasks repository's `_WALK_THE_QUEUE_INDEX`), a round trip less per look.
+_WALKING = func.set_config("enable_sort", "off", True).label("walking")
+_CHECK_IN_WALKING = _CHECK_IN.returning(_WALKING)
+_LOCK_WITH_ASSIGNED_WALKING = _LOCK_WITH_ASSIGNED.add_columns(_WALKING)
 _LIST = select(*WORKER_COLUMNS).order_by(w.c.id)
 _INSERT_NEW = {
     kind: dialect.insert(w).on_conflict_do_nothing(index_elements=[w.c.id]).returning(w.c.id)
@@ -142,14 +147,22 @@ class WorkerRepository(Repository):
         """Lock the worker's row for a claim (like `lock`), and say whether a lease granted to it
         awaits delivery. With `touch`, the claim is also a sign of life: online, seen now.
 
+        On PostgreSQL the same statement sets the claim's plan setting for the rest of the
+        transaction (`TaskRepository.walking`).
+
         The worker comes with `active_leases` counted, as the statement saw them: a hint (the
         claim statement counts again, after the lock), which may miss a grant or a release made
         while this statement waited for the lock."""
         params = {"b_id": worker_id, "b_now": now}
-        rows = await self.run(_CHECK_IN if touch else _LOCK_WITH_ASSIGNED, params)
+        if self.is_postgres:
+            statement = _CHECK_IN_WALKING if touch else _LOCK_WITH_ASSIGNED_WALKING
+        else:
+            statement = _CHECK_IN if touch else _LOCK_WITH_ASSIGNED
+        rows = await self.run(statement, params)
         if not rows:
             return None
         values = dict(rows[0])
+        values.pop("walking", None)
         has_assigned = bool(values.pop("has_assigned"))
         values["active_leases"] = values.pop("active_now")
         return to_entity(Worker, values), has_assigned
