@@ -6,7 +6,7 @@ conflict and changes nothing.
 """
 
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -267,7 +267,8 @@ class AttemptService:
             values = self._next_task_values(task, completion, now)
             artifact = self._artifact(task.id, completion, stored, now)
             result = self._result(task, lease, artifact, completion, usage, now)
-            entry = _audit_entry(replace(task, **values), artifact, completion, lease, now)
+            moved: dict[str, Any] = dict(values)  # the task as the write will leave it
+            entry = _audit_entry(replace(task, **moved), artifact, completion, lease, now)
             finished = await tx.ends.end_alone(
                 task.id,
                 lease.id,
