@@ -6,7 +6,7 @@ conflict and changes nothing.
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple, cast
 
 import structlog
 
@@ -245,9 +245,10 @@ class AttemptService:
     async def _end_alone(
         self, ending: Ending, stored: StoredContent | None, worker_id: str | None, now: int
     ) -> _Recorded | None:
-        """PostgreSQL: an end that needs no lock and charges no budget, in two statements that
-        each commit alone: the task and the lease read and checked (`fenced`), then every write
-        in one statement whose compare-and-sets are the steps' (`EndRepository.end_alone`).
+        """PostgreSQL: an end that needs no lock and charges no budget, in statements that each
+        commit alone: a success naming its lease in one (`_succeed_alone`); else the task and
+        the lease read and checked (`fenced`), then every write in one statement whose
+        compare-and-sets are the steps' (`EndRepository.end_alone`).
         None when that statement wrote nothing (a replay, or a lease that lapsed meanwhile),
         or for another end: `_record` in a transaction then answers it."""
         completion = ending.completion
@@ -258,6 +259,10 @@ class AttemptService:
             or (usage.cost_usd is not None and usage.cost_usd > 0)
         ):
             return None
+        if completion.status == ResultStatus.SUCCESS and ending.lease_id is not None:
+            # No read needed; when it writes nothing (a replay, a lapsed or foreign lease), the
+            # steps answer.
+            return await self._succeed_alone(ending, ending.lease_id, stored, worker_id, now)
         async with self.db.single() as tx:
             task, lease = await fenced(
                 tx, ending.task_id, ending.lease_id, worker_id, completing=True
@@ -266,9 +271,12 @@ class AttemptService:
                 return None  # a replay, or a refusal: said by the steps
             values = self._next_task_values(task, completion, now)
             artifact = self._artifact(task.id, completion, stored, now)
-            result = self._result(task, lease, artifact, completion, usage, now)
-            moved: dict[str, Any] = dict(values)  # the task as the write will leave it
-            entry = _audit_entry(replace(task, **moved), artifact, completion, lease, now)
+            result = self._result(
+                task.id, (lease.id, lease.worker_id), artifact, completion, usage, now
+            )
+            not_before = cast("int | None", values.get("not_before"))
+            moved = (task.id, TaskStatus(str(values["status"])), not_before)
+            entry = _audit_entry(moved, artifact, completion, lease.worker_id, now)
             finished = await tx.ends.end_alone(
                 task.id,
                 lease.id,
@@ -283,6 +291,45 @@ class AttemptService:
             tx.audit.written(entry)
         completed = Completed(finished, artifact, result, replayed=False)
         return _Recorded(completed, lease, usage, [])
+
+    async def _succeed_alone(
+        self,
+        ending: Ending,
+        lease_id: str,
+        stored: StoredContent | None,
+        worker_id: str | None,
+        now: int,
+    ) -> _Recorded | None:
+        """PostgreSQL: a success naming its lease in one statement, without a read first
+        (`EndRepository.succeed_alone`: the fencing is in it); None when it wrote nothing."""
+        completion = ending.completion
+        task_id = ending.task_id
+        values = _success_values(completion, now)
+        artifact = self._artifact(task_id, completion, stored, now)
+        actor = worker_id or ""  # the lease's worker, written by the statement
+        usage = Usage.from_metrics(completion.metrics)
+        result = self._result(task_id, (lease_id, actor), artifact, completion, usage, now)
+        entry = _audit_entry(
+            (task_id, TaskStatus.COMPLETED, None), artifact, completion, actor, now
+        )
+        async with self.db.single() as tx:
+            done = await tx.ends.succeed_alone(
+                task_id,
+                lease_id,
+                worker_id,
+                now,
+                values=values,
+                result=result,
+                artifact=artifact,
+                audit=entry,
+            )
+            if done is None:
+                return None
+            finished, lease = done
+            entry = replace(entry, actor=lease.worker_id)
+            tx.audit.written(entry)
+        result = replace(result, worker_id=lease.worker_id)
+        return _Recorded(Completed(finished, artifact, result, replayed=False), lease, usage, [])
 
     async def complete_many(
         self, endings: list[Ending], worker_id: str, *, claim_next: NextLook | None = None
@@ -415,7 +462,9 @@ class AttemptService:
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
         artifact = self._artifact(task.id, completion, stored, now)
-        result = self._result(task, lease, artifact, completion, usage, now)
+        result = self._result(
+            task.id, (lease.id, lease.worker_id), artifact, completion, usage, now
+        )
         if artifact is not None:
             await tx.artifacts.insert(artifact)
         await tx.results.insert(result)
@@ -488,11 +537,10 @@ class AttemptService:
         return Completed(task, artifact, result, replayed=True)
 
     def _next_task_values(self, task: Task, completion: Completion, now: int) -> dict[str, object]:
-        values: dict[str, object] = {"updated_at": now}
-        if completion.session_id:
-            values["session_id"] = completion.session_id
+        values = _success_values(completion, now)
         if completion.status == ResultStatus.SUCCESS:
-            return values | {"status": TaskStatus.COMPLETED, "last_error": None}
+            return values
+        del values["status"], values["last_error"]
         outcome = failure_outcome(
             ErrorCode(completion.error_code or ErrorCode.ERROR),
             attempts=task.attempts,
@@ -515,24 +563,26 @@ class AttemptService:
 
     @staticmethod
     def _result(
-        task: Task,
-        lease: Lease,
+        task_id: str,
+        lease: tuple[str, str],
         artifact: Artifact | None,
         completion: Completion,
         usage: Usage,
         now: int,
     ) -> Result:
+        """The attempt's result; `lease`: its id and its worker."""
+        lease_id, worker_id = lease
         return Result(
             id=new_id(now),
-            task_id=task.id,
-            worker_id=lease.worker_id,
+            task_id=task_id,
+            worker_id=worker_id,
             artifact_id=artifact.id if artifact else None,
             status=completion.status,
             output=completion.output,
             error_message=completion.error_message,
             metrics=completion.metrics,
             completed_at=now,
-            lease_id=lease.id,
+            lease_id=lease_id,
             error_code=completion.error_code,
             **usage.columns(),
         )
@@ -569,30 +619,45 @@ class AttemptService:
         now: int,
     ) -> None:
         """One entry for the attempt's end (`_audit_entry`)."""
-        await tx.audit.add(_audit_entry(task, artifact, completion, lease, now))
+        moved = (task.id, task.status, task.not_before)
+        await tx.audit.add(_audit_entry(moved, artifact, completion, lease.worker_id, now))
 
 
 def _audit_entry(
-    task: Task, artifact: Artifact | None, completion: Completion, lease: Lease, now: int
+    task: tuple[str, TaskStatus, int | None],
+    artifact: Artifact | None,
+    completion: Completion,
+    actor: str,
+    now: int,
 ) -> AuditEntry:
     """One entry for the attempt's end, named for what it made of the task: `task_completed`
     for a success, else `FAILURE_ACTIONS`' (retry scheduled, failed, dead, cancelled). Empty
-    parts are left out; a time is ISO 8601 UTC."""
+    parts are left out; a time is ISO 8601 UTC. `task`: its id, status and `not_before`, as the
+    end leaves them."""
+    task_id, task_status, not_before = task
     duration = completion.metrics.get("duration_ms")
     status = f"Status: {completion.status}"
     parts: list[str | None]
-    if task.status == TaskStatus.COMPLETED:
+    if task_status == TaskStatus.COMPLETED:
         action = AuditAction.TASK_COMPLETED
         parts = [status, f"artifact: {artifact.id}" if artifact else None]
     else:
-        action = FAILURE_ACTIONS[task.status]
+        action = FAILURE_ACTIONS[task_status]
         code = completion.error_code or ErrorCode.ERROR
         parts = [
             status + (f" ({code})" if code != completion.status else ""),
             completion.error_message,
         ]
     parts.append(f"duration: {duration}ms" if duration is not None else None)
-    if task.not_before:
-        parts.append(f"retry not before {utc_text(task.not_before)}")
+    if not_before:
+        parts.append(f"retry not before {utc_text(not_before)}")
     detail = ", ".join(part for part in parts if part)
-    return task_audit(action, task.id, now=now, actor=lease.worker_id, detail=detail)
+    return task_audit(action, task_id, now=now, actor=actor, detail=detail)
+
+
+def _success_values(completion: Completion, now: int) -> dict[str, object]:
+    """A success's new task values (a failure's start from them)."""
+    values: dict[str, object] = {"updated_at": now}
+    if completion.session_id:
+        values["session_id"] = completion.session_id
+    return values | {"status": TaskStatus.COMPLETED, "last_error": None}

@@ -4,20 +4,23 @@ The lease is ended (compare-and-set: active, unexpired, of that task), the task 
 (compare-and-set: in flight, still holding that lease), and the result, its artifact and the
 audit entry inserted, as data-modifying CTEs chained on one another: each insert takes its row
 from the moved task, so when either compare-and-set fails nothing at all is written, and the
-statement answers no row. The services read the task and the lease first (`task_with_lease`)
-and decide the values; the same writes in steps, in a transaction, remain for everything else
-(SQLite, a replay, a refusal's reason, a budget charge, a worker's row lock).
+statement answers no row. For a failure the services read the task and the lease first
+(`task_with_lease`: its attempts and cancel flag decide what follows) and decide the values
+(`end_alone`); a success needs no read (`succeed_alone`): the lease's fencing (named, of that
+task, the caller's when a worker key is used) is in the statement, and the worker the result
+and the audit entry name is the lease's. The same writes in steps, in a transaction, remain for
+everything else (SQLite, a replay, a refusal's reason, a budget charge, a worker's row lock).
 """
 
 import functools
 from typing import Any
 
-from sqlalchemy import BigInteger, Table, bindparam, insert, or_, select, update
+from sqlalchemy import BigInteger, String, Table, bindparam, insert, or_, select, true, update
 
 from bloom.db.repository import Repository, entity_values, is_state, to_entity
-from bloom.domain.models import Artifact, AuditEntry, Result, Task
+from bloom.domain.models import Artifact, AuditEntry, Lease, Result, Task
 from bloom.domain.states import IN_FLIGHT, LeaseStatus
-from bloom.runtime.storage.repositories.leases import ACTIVE, TASK_COLUMNS
+from bloom.runtime.storage.repositories.leases import ACTIVE, LEASE_COLUMNS, TASK_COLUMNS
 from bloom.runtime.storage.repositories.records import (
     ARTIFACT_COLUMNS,
     AUDIT_COLUMNS,
@@ -34,10 +37,19 @@ from bloom.runtime.storage.tables import (
 t = llm_tasks
 
 
-def _copied(table: Table, prefix: str, columns: list[Any], source: Any, name: str) -> Any:
-    """INSERT of one row (parameters `<prefix><column>`) for each row of `source`."""
+def _copied(
+    table: Table,
+    prefix: str,
+    columns: list[Any],
+    source: Any,
+    name: str,
+    given: dict[str, Any] | None = None,
+) -> Any:
+    """INSERT of one row (parameters `<prefix><column>`, but `given`'s columns from its
+    expressions) for each row of `source`."""
     names = [column.name for column in columns]
-    row = select(*(bindparam(f"{prefix}{n}", type_=table.c[n].type) for n in names))
+    given = given or {}
+    row = select(*(given.get(n, bindparam(f"{prefix}{n}", type_=table.c[n].type)) for n in names))
     return insert(table).from_select(names, row.select_from(source)).cte(name)
 
 
@@ -76,7 +88,94 @@ def _end_statement(task_keys: tuple[str, ...], with_artifact: bool) -> Any:
     return select(*(finished.c[column.name] for column in TASK_COLUMNS)).add_cte(*inserts)
 
 
+@functools.cache
+def _success_statement(task_keys: tuple[str, ...], with_artifact: bool) -> Any:
+    now = bindparam("b_now", type_=BigInteger())
+    worker = bindparam("b_worker", type_=String())
+    ended = (
+        update(leases)
+        .where(
+            leases.c.id == bindparam("b_lease"),
+            leases.c.task_id == bindparam("b_task"),
+            ACTIVE,
+            leases.c.expires_at >= now,
+            or_(worker.is_(None), leases.c.worker_id == worker),
+        )
+        .values(status=bindparam("b_lease_status"), ended_at=now)
+        .returning(*LEASE_COLUMNS)
+        .cte("ended")
+    )
+    finished = (
+        update(t)
+        .where(
+            t.c.id == bindparam("b_task"),
+            or_(*(is_state(t.c.status, str(s)) for s in sorted(IN_FLIGHT))),
+            t.c.lease_id == ended.c.id,
+        )
+        .values({key: bindparam(f"v_{key}", type_=t.c[key].type) for key in task_keys})
+        .returning(*TASK_COLUMNS)
+        .cte("finished")
+    )
+    both = finished.join(ended, true())
+    inserts = [
+        _copied(llm_results, "r_", RESULT_COLUMNS, both, "kept", {"worker_id": ended.c.worker_id}),
+        _copied(audit_logs, "a_", AUDIT_COLUMNS, both, "noted", {"actor": ended.c.worker_id}),
+    ]
+    if with_artifact:
+        inserts.append(_copied(runtime_artifacts, "f_", ARTIFACT_COLUMNS, finished, "made"))
+    return (
+        select(
+            *(finished.c[column.name] for column in TASK_COLUMNS),
+            *(ended.c[column.name].label(f"lease__{column.name}") for column in LEASE_COLUMNS),
+        )
+        .select_from(both)
+        .add_cte(*inserts)
+    )
+
+
 class EndRepository(Repository):
+    async def succeed_alone(
+        self,
+        task_id: str,
+        lease_id: str,
+        worker_id: str | None,
+        now: int,
+        *,
+        values: dict[str, Any],
+        result: Result,
+        artifact: Artifact | None,
+        audit: AuditEntry,
+    ) -> tuple[Task, Lease] | None:
+        """PostgreSQL, outside a transaction, without a read first: `end_alone` for a success,
+        the lease named (and held by `worker_id` when given); `result`'s worker and `audit`'s
+        actor are the lease's. The task as moved on and the lease as ended, or None (nothing
+        written)."""
+        keys = tuple(sorted(values))
+        params: dict[str, Any] = {f"v_{key}": values[key] for key in keys}
+        params |= {
+            "b_task": task_id,
+            "b_lease": lease_id,
+            "b_worker": worker_id,
+            "b_now": now,
+            "b_lease_status": LeaseStatus.RELEASED.value,
+        }
+        params |= {f"r_{k}": v for k, v in entity_values(result, RESULT_COLUMNS).items()}
+        params |= {f"a_{k}": v for k, v in entity_values(audit, AUDIT_COLUMNS).items()}
+        if artifact is not None:
+            params |= {f"f_{k}": v for k, v in entity_values(artifact, ARTIFACT_COLUMNS).items()}
+        for name in ("r_worker_id", "a_actor"):  # the lease's, in the statement
+            params.pop(name)
+        rows = await self.run(_success_statement(keys, artifact is not None), params)
+        if not rows:
+            return None
+        values_read = dict(rows[0])
+        lease = {
+            name.removeprefix("lease__"): values_read.pop(name)
+            for name in list(values_read)
+            if name.startswith("lease__")
+        }
+        return to_entity(Task, values_read), to_entity(Lease, lease)
+
     async def end_alone(
         self,
         task_id: str,
