@@ -139,8 +139,10 @@ async def test_round_trips_of_the_cycle(client: httpx.AsyncClient, sent: Sent) -
     sent.clear()
     task = await create_task(client)
     create = (len(sent.statements), sent.transactions)
+    sent.clear()
     grant = await claim(client, "w1")
     assert grant is not None
+    claimed = (len(sent.statements), sent.transactions)  # check-in, then claim and grant
     sent.clear()
     await client.post(
         f"{API}/llm-tasks/{task['id']}/heartbeat", json={"lease_id": grant["lease"]["id"]}
@@ -155,6 +157,7 @@ async def test_round_trips_of_the_cycle(client: httpx.AsyncClient, sent: Sent) -
     complete = (len(sent.statements), sent.transactions)
     if postgres:
         assert (create, heartbeat, complete) == ((1, 0), (1, 0), (1, 0)), sent.statements
+        assert claimed == (2, 1), sent.statements
 
 
 def client_kind(client: httpx.AsyncClient) -> str:

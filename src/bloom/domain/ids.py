@@ -27,6 +27,21 @@ def new_id(now_ms: int) -> str:
     return str(uuid.UUID(int=value))
 
 
+def id_time(made: str) -> int:
+    """The millisecond a `new_id` carries (at least the instant it was made for)."""
+    return int(made[:8] + made[9:13], 16)
+
+
+def retimed(made: str, ms: int) -> str:
+    """`made` (a `new_id`) as if made for `ms` when that is later than its own time (else
+    `made` itself): what a statement that learns the instant of a row only as it writes it
+    composes (`lpad(to_hex(greatest(ms, its time)), 12, '0')` before the id's tail). Like a
+    `new_id(ms)` made then, it sorts after every id this process made before `made`."""
+    ms = max(ms, id_time(made))
+    hexed = f"{ms & ((1 << 48) - 1):012x}"
+    return f"{hexed[:8]}-{hexed[8:]}{made[13:]}"
+
+
 def canonical_id(name: str) -> str:
     """A project's canonical id: the first 16 hex digits of the SHA-256 of its UTF-8 name."""
     return hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]

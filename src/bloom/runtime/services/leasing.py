@@ -16,9 +16,9 @@ import structlog
 from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
-from bloom.domain.ids import new_id
+from bloom.domain.ids import new_id, retimed
 from bloom.domain.long_poll import claim_deadline
-from bloom.domain.models import Lease, Task, Worker
+from bloom.domain.models import AuditEntry, Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services import metrics
@@ -219,16 +219,7 @@ class LeaseService:
     ) -> None:
         await tx.leases.insert(lease)
         metrics.granted(task, now)
-        await tx.audit.add(
-            lease_audit(
-                AuditAction.TASK_LEASED,
-                lease,
-                now=now,
-                actor=actor,
-                detail=f"Task {lease.task_id} leased to worker {lease.worker_id}, "
-                f"TTL {lease.ttl_seconds}s",
-            )
-        )
+        await tx.audit.add(_grant_audit(lease, now, actor=actor))
 
     async def claim(
         self,
@@ -374,14 +365,33 @@ class LeaseService:
         self, tx: Repositories, worker_id: str, capacity: int, count: int, ttl: int, now: int
     ) -> list[Claimed]:
         """Lease up to `count` of the best queued tasks the worker may take (its row locked)."""
-        tasks = await tx.tasks.claim_several(
-            worker_id=worker_id,
-            capacity=capacity,
-            lease_ids=[new_id(now) for _ in range(count)],
-            now=now,
-            sticky_cutoff=now - self.settings.sticky_wait_ms,
-            live_cutoff=now - self.settings.worker_live_ms,
-        )
+        window_ms = min(ttl, self.settings.claim_ack_sec) * 1000
+        audit_id = new_id(now)  # a written grant's, moved to its time if later (`retimed`)
+        cutoffs = {
+            "now": now,
+            "sticky_cutoff": now - self.settings.sticky_wait_ms,
+            "live_cutoff": now - self.settings.worker_live_ms,
+        }
+        written = tx.kind == "postgresql" and count == 1
+        if written:  # one task: its lease and audit entry in the claim's statement
+            claimed = await tx.tasks.claim_granting(
+                worker_id=worker_id,
+                capacity=capacity,
+                lease_id=new_id(now),
+                ttl_sec=ttl,
+                window_ms=window_ms,
+                audit_id=audit_id,
+                detail_tail=_grant_detail_tail(worker_id, ttl),
+                **cutoffs,
+            )
+            tasks = [claimed] if claimed is not None else []
+        else:
+            tasks = await tx.tasks.claim_several(
+                worker_id=worker_id,
+                capacity=capacity,
+                lease_ids=[new_id(now) for _ in range(count)],
+                **cutoffs,
+            )
         grants: list[Claimed] = []
         for task in tasks:
             assert task.lease_id is not None, "a claimed task names its lease"
@@ -395,14 +405,19 @@ class LeaseService:
                 started_at=granted_at,
                 # Until the worker's first heartbeat confirms it got the task, the lease is
                 # short: a claim response lost on the wire costs seconds, not a whole TTL.
-                expires_at=granted_at + min(ttl, self.settings.claim_ack_sec) * 1000,
+                expires_at=granted_at + window_ms,
                 ttl_seconds=ttl,
                 status=LeaseStatus.ACTIVE,
                 last_heartbeat=granted_at,
                 context_id=task.context_id,
                 claimed_at=granted_at,
             )
-            await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
+            if written:
+                entry = _grant_audit(lease, granted_at, actor=worker_id)
+                tx.audit.written(replace(entry, id=retimed(audit_id, granted_at)))
+                metrics.granted(task, granted_at)
+            else:
+                await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
             grants.append(Claimed(lease, task))
         return grants
 
@@ -441,3 +456,18 @@ class LeaseService:
             return []
         claimed = await self.claim(worker_id, wait_sec=wait_sec, ttl_sec=ttl_sec, gone=gone)
         return [claimed] if claimed is not None else []
+
+
+def _grant_detail_tail(worker_id: str, ttl_sec: int) -> str:
+    """A grant's audit detail after `Task <id>` (`_CLAIM_GRANTING` writes the same)."""
+    return f" leased to worker {worker_id}, TTL {ttl_sec}s"
+
+
+def _grant_audit(lease: Lease, now: int, *, actor: str) -> AuditEntry:
+    return lease_audit(
+        AuditAction.TASK_LEASED,
+        lease,
+        now=now,
+        actor=actor,
+        detail=f"Task {lease.task_id}" + _grant_detail_tail(lease.worker_id, lease.ttl_seconds),
+    )

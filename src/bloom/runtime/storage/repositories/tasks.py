@@ -5,11 +5,14 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    Integer,
     String,
     bindparam,
     exists,
     func,
     insert,
+    literal,
     or_,
     select,
     update,
@@ -28,6 +31,7 @@ from bloom.db.repository import (
     text_rows,
     to_entity,
 )
+from bloom.domain.ids import id_time
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
@@ -276,7 +280,73 @@ def _claim_several_statement() -> Any:
     )
 
 
+def _claim_granting_statement() -> Any:
+    """PostgreSQL: `_claim_statement` with its grant written in the same statement, as CTEs on
+    the claimed row: the lease (granted at the later of `b_now` and the task's queueing, short
+    until acknowledged: `b_window_ms`) and its `task_leased` audit entry (its id: an id made
+    before, `b_audit_ms` and `b_audit_tail`, moved to the grant's time if later: `retimed`; its
+    detail `Task <id>` and `b_detail_tail`). What
+    `LeaseService._record_grant` appends otherwise: a round trip less."""
+    claimed = _claim_statement().cte("claimed")
+    granted_at = func.greatest(
+        bindparam("b_now", type_=BigInteger()),
+        func.coalesce(claimed.c.queued_at, claimed.c.created_at),
+    )
+    worker = bindparam("b_worker", type_=String())
+    lease = insert(leases).from_select(
+        [
+            "id",
+            "task_id",
+            "worker_id",
+            "started_at",
+            "expires_at",
+            "ttl_seconds",
+            "status",
+            "last_heartbeat",
+            "context_id",
+            "claimed_at",
+        ],
+        select(
+            claimed.c.lease_id,
+            claimed.c.id,
+            worker,
+            granted_at,
+            granted_at + bindparam("b_window_ms", type_=BigInteger()),
+            bindparam("b_ttl", type_=Integer()),
+            literal("active", String()),
+            granted_at,
+            claimed.c.context_id,
+            granted_at,
+        ).select_from(claimed),
+    )
+    audit_at = func.greatest(granted_at, bindparam("b_audit_ms", type_=BigInteger()))
+    hexed = func.lpad(func.to_hex(audit_at), 12, literal("0", String()))
+    audit_id = (
+        func.substr(hexed, 1, 8)
+        + literal("-", String())
+        + func.substr(hexed, 9, 4)
+        + bindparam("b_audit_tail", type_=String())
+    )
+    noted = insert(audit_logs).from_select(
+        ["id", "timestamp", "action", "entity_type", "entity_id", "actor", "detail", "task_id"],
+        select(
+            audit_id,
+            granted_at,
+            literal("task_leased", String()),
+            literal("lease", String()),
+            claimed.c.lease_id,
+            worker,
+            literal("Task ", String()) + claimed.c.id + bindparam("b_detail_tail", type_=String()),
+            claimed.c.id,
+        ).select_from(claimed),
+    )
+    return select(*(claimed.c[column.name] for column in TASK_COLUMNS)).add_cte(
+        lease.cte("granted"), noted.cte("noted")
+    )
+
+
 _CLAIM = _claim_statement()
+_CLAIM_GRANTING = _claim_granting_statement()
 _CLAIM_SEVERAL = _claim_several_statement()
 _WALK_THE_QUEUE_INDEX = select(func.set_config("enable_sort", "off", True))
 """PostgreSQL, for the rest of the claim's transaction: no plan that sorts. A burst of creates
@@ -465,6 +535,38 @@ class TaskRepository(Repository):
         }
         await self._walk_the_queue_index()
         return await self.one(Task, _CLAIM, params)
+
+    async def claim_granting(
+        self,
+        *,
+        worker_id: str,
+        capacity: int,
+        lease_id: str,
+        now: int,
+        sticky_cutoff: int,
+        live_cutoff: int,
+        ttl_sec: int,
+        window_ms: int,
+        audit_id: str,
+        detail_tail: str,
+    ) -> Task | None:
+        """PostgreSQL: `claim_next`, the lease and its audit entry written by the same
+        statement (`_CLAIM_GRANTING`); the caller builds them as the statement did."""
+        params = {
+            "b_worker": worker_id,
+            "b_capacity": capacity,
+            "b_lease_id": lease_id,
+            "b_now": now,
+            "b_sticky_cutoff": sticky_cutoff,
+            "b_live_cutoff": live_cutoff,
+            "b_ttl": ttl_sec,
+            "b_window_ms": window_ms,
+            "b_audit_ms": id_time(audit_id),
+            "b_audit_tail": audit_id[13:],
+            "b_detail_tail": detail_tail,
+        }
+        await self._walk_the_queue_index()
+        return await self.one(Task, _CLAIM_GRANTING, params)
 
     async def claim_several(
         self,
