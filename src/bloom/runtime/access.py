@@ -164,11 +164,12 @@ async def authorize(request: Request) -> None:
     login's state-changing request without its CSRF token, and for a route without a rule.
     """
     route = request.scope.get("route")
-    access = rule_for(request.method, getattr(route, "path_format", request.url.path))
+    path = getattr(route, "path_format", None)  # the URL built only when there is none
+    access = rule_for(request.method, path if path is not None else request.url.path)
     if access is None:
         raise HTTPException(403, "Forbidden: no access rule for this route")
     if access is Access.PUBLIC or (
-        request.url.path == METRICS_PATH and getattr(request.app.state, "metrics_public", False)
+        getattr(request.app.state, "metrics_public", False) and request.url.path == METRICS_PATH
     ):
         return
     identity: Identity | None = getattr(request.state, "identity", None)

@@ -4,7 +4,15 @@
 from fastapi import APIRouter, Request, Response
 
 from bloom.domain.errors import ServiceError
-from bloom.runtime.api.deps import Attempts, Caller, Dispatch, Leases, acting_worker
+from bloom.runtime.api.deps import (
+    Attempts,
+    Caller,
+    Dispatch,
+    Leases,
+    acting_worker,
+    app_container,
+    caller_of,
+)
 from bloom.runtime.api.schemas import (
     AttemptEnded,
     ClaimBody,
@@ -37,14 +45,11 @@ TASKS = "/api/runtime/llm-tasks"
     responses={204: {"description": "No work arrived while waiting"}},
     summary="Long-poll for a task: an assigned lease, or the best queued task",
 )
-async def claim(
-    worker_id: str,
-    request: Request,
-    leases: Leases,
-    caller: Caller,
-    body: ClaimBody | None = None,
-) -> Response:
-    acting_worker(caller, worker_id)
+async def claim(worker_id: str, request: Request, body: ClaimBody | None = None) -> Response:
+    # The cycle's four calls take their service and caller from the request, not as
+    # dependencies: FastAPI solves each dependency anew per request (docs/benchmarks.md).
+    leases = app_container(request).leases
+    acting_worker(caller_of(request), worker_id)
     body = body or ClaimBody()
     async with hang_up_watch(request) as gone:
         claimed = await leases.claim(
@@ -119,12 +124,12 @@ async def dispatch_task(
     response_model=HeartbeatReply,
     summary="Renew the lease; the reply says whether the task was cancelled",
 )
-async def heartbeat(
-    task_id: str, attempts: Attempts, caller: Caller, body: HeartbeatBody | None = None
-) -> JSON:
+async def heartbeat(task_id: str, request: Request, body: HeartbeatBody | None = None) -> JSON:
     body = body or HeartbeatBody()
-    beat = await attempts.heartbeat(
-        task_id, lease_id=body.lease_id, worker_id=acting_worker(caller, body.worker_id)
+    beat = await app_container(request).attempts.heartbeat(
+        task_id,
+        lease_id=body.lease_id,
+        worker_id=acting_worker(caller_of(request), body.worker_id),
     )
     return JSON(
         HeartbeatReply(
@@ -142,14 +147,9 @@ async def heartbeat(
     response_model=CompleteReply | CompleteClaimReply,
     summary="Report the attempt's result (atomic; repeating it returns the first outcome)",
 )
-async def complete(
-    task_id: str,
-    body: CompleteBody,
-    request: Request,
-    attempts: Attempts,
-    leases: Leases,
-    caller: Caller,
-) -> JSON:
+async def complete(task_id: str, body: CompleteBody, request: Request) -> JSON:
+    services = app_container(request)
+    attempts, leases, caller = services.attempts, services.leases, caller_of(request)
     following = body.claim_next
     done = await attempts.complete(
         task_id,

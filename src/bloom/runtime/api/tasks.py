@@ -3,11 +3,11 @@
 from dataclasses import asdict
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks
+from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks, app_container, caller_of
 from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
@@ -25,13 +25,14 @@ MAX_OFFSET = 1_000_000_000
 )
 async def create_task(
     body: CreateTaskBody,
-    tasks: Tasks,
-    caller: Caller,
+    request: Request,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> JSON:
+    # The service and the caller from the request, not as dependencies (lease_protocol.claim)
     if body.idempotency_key and idempotency_key and body.idempotency_key != idempotency_key:
         return invalid("Idempotency-Key header and idempotency_key differ", "idempotency_key")
-    task, created = await tasks.create(body.new_task(idempotency_key), caller.actor)
+    tasks = app_container(request).tasks
+    task, created = await tasks.create(body.new_task(idempotency_key), caller_of(request).actor)
     return JSON(task, status_code=201 if created else 200)
 
 
