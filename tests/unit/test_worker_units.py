@@ -14,7 +14,7 @@ from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
-from bloom.worker.echo_model import Script, next_tool_call
+from bloom.worker.echo_model import Script, next_tool_call, tool_results
 from bloom.worker.outcome import (
     Outcome,
     RunReport,
@@ -447,3 +447,38 @@ def test_the_echo_model_scripts_tool_calls_one_per_turn() -> None:
     assert second.id != first.id
     assert next_tool_call(prompt, ["r1", "r2"]) is None
     assert next_tool_call("no tools here", []) is None
+
+
+def test_the_echo_model_follows_the_newest_turn_of_a_resumed_conversation() -> None:
+    """Tool results of an earlier turn do not count against the newest prompt's script, and
+    text the CLI puts beside a tool result does not start a new turn."""
+    earlier = 'one [[tool Bash {"command": "true"}]]'
+    newest = 'two [[tool Edit {"file_path": "a"}]] [[tool Bash {"command": "ls"}]]'
+    body = {
+        "messages": [
+            {"role": "user", "content": earlier},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "Bash"}]},
+            {"role": "user", "content": [{"type": "tool_result", "content": "done"}]},
+            {"role": "assistant", "content": "echo: done"},
+            {"role": "user", "content": [{"type": "text", "text": newest}]},
+        ]
+    }
+    assert tool_results(body) == []
+    call = next_tool_call(newest, tool_results(body), 5)
+    assert call is not None
+    assert call.name == "Edit"
+    assert call.id == "toolu_echo_5_0"
+    body["messages"] += [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": "Edit"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "content": "edited"},
+                {"type": "text", "text": "Continue from where you left off."},
+            ],
+        },
+    ]
+    assert tool_results(body) == ["edited"]
+    second = next_tool_call(newest, tool_results(body), 7)
+    assert second is not None
+    assert second.name == "Bash"

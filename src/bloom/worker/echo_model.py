@@ -17,7 +17,8 @@ the tests use to script the model's behaviour; they are harmless in a demo:
 - `[[tool NAME {JSON}]]` (one or more, in order): ask for a call of the tool NAME with that
   input, one per turn, as a model using tools does; a string `"$id"` in the input is the `id`
   of the previous tool's JSON result. Once each has its result, the answer is `echo: ` and the
-  last result's text.
+  last result's text. The script is the newest prompt's: in a resumed conversation, the tool
+  results of earlier turns do not count.
 
 Every request body is kept in memory (`GET /_requests` lists them), so a test can check what the
 CLI sent, for example that a resumed conversation carried the earlier turn.
@@ -94,18 +95,32 @@ class ToolCall:
 
 
 def tool_results(body: dict[str, Any]) -> list[str]:
-    """The text of every tool result in the conversation, oldest first."""
-    found = []
+    """The text of each tool result of the newest turn (since the newest user message with
+    text), oldest first: a resumed conversation's earlier turns had their own scripts."""
+    found: list[str] = []
     for message in body.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if _text_of(content).strip() and not _answers_tools(content):
+            found = []  # a new turn: its prompt's script starts again
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 found.append(_text_of(block.get("content")))
     return found
 
 
-def next_tool_call(prompt: str, results: list[str]) -> ToolCall | None:
-    """The prompt's next scripted tool call, or None when each has had its result."""
+def _answers_tools(content: Any) -> bool:
+    """Whether a user message carries tool results (the CLI may add text beside them, such as
+    "Continue from where you left off." when it resumes a deferred call)."""
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+
+
+def next_tool_call(prompt: str, results: list[str], serial: int = 0) -> ToolCall | None:
+    """The prompt's next scripted tool call, or None when each has had its result; `serial`
+    (the conversation's message count) keeps its id unique across a resumed session's turns."""
     calls = TOOL.findall(prompt)
     if len(results) >= len(calls):
         return None
@@ -113,7 +128,7 @@ def next_tool_call(prompt: str, results: list[str]) -> ToolCall | None:
     arguments = json.loads(raw) if raw else {}
     previous_id = _id_in(results[-1]) if results else None
     return ToolCall(
-        f"toolu_echo_{len(results)}",
+        f"toolu_echo_{serial}_{len(results)}",
         name,
         {k: previous_id if v == "$id" else v for k, v in arguments.items()},
     )
@@ -174,7 +189,7 @@ class EchoModel:
                 },
             )
         results = tool_results(body)
-        call = next_tool_call(prompt, results)
+        call = next_tool_call(prompt, results, len(body.get("messages") or []))
         answer = f"echo: {(results[-1] if results and TOOL.search(prompt) else prompt).strip()}"
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
         output_tokens = script.output_tokens or max(1, len(answer) // 4)
