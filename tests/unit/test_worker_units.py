@@ -3,6 +3,7 @@ the session book, and the echo model's scripting."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -449,36 +450,37 @@ def test_the_echo_model_scripts_tool_calls_one_per_turn() -> None:
     assert next_tool_call("no tools here", []) is None
 
 
-def test_the_echo_model_follows_the_newest_turn_of_a_resumed_conversation() -> None:
-    """Tool results of an earlier turn do not count against the newest prompt's script, and
-    text the CLI puts beside a tool result does not start a new turn."""
+def test_the_echo_model_follows_the_newest_prompt_of_a_resumed_conversation() -> None:
+    """Results of an earlier prompt's calls do not count against the newest prompt's script,
+    wherever the CLI puts them (it merges a resumed session's turns)."""
     earlier = 'one [[tool Bash {"command": "true"}]]'
     newest = 'two [[tool Edit {"file_path": "a"}]] [[tool Bash {"command": "ls"}]]'
-    body = {
+    old_call = next_tool_call(earlier, [])
+    assert old_call is not None
+    body: dict[str, Any] = {
         "messages": [
             {"role": "user", "content": earlier},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "x", "name": "Bash"}]},
-            {"role": "user", "content": [{"type": "tool_result", "content": "done"}]},
-            {"role": "assistant", "content": "echo: done"},
-            {"role": "user", "content": [{"type": "text", "text": newest}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": old_call.id}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": old_call.id, "content": "done"},
+                    {"type": "text", "text": newest},
+                ],
+            },
         ]
     }
-    assert tool_results(body) == []
-    call = next_tool_call(newest, tool_results(body), 5)
+    assert tool_results(body, newest) == []
+    assert tool_results(body, earlier) == ["done"]
+    call = next_tool_call(newest, [])
     assert call is not None
     assert call.name == "Edit"
-    assert call.id == "toolu_echo_5_0"
-    body["messages"] += [
-        {"role": "assistant", "content": [{"type": "tool_use", "id": call.id, "name": "Edit"}]},
-        {
-            "role": "user",
-            "content": [
-                {"type": "tool_result", "content": "edited"},
-                {"type": "text", "text": "Continue from where you left off."},
-            ],
-        },
-    ]
-    assert tool_results(body) == ["edited"]
-    second = next_tool_call(newest, tool_results(body), 7)
+    assert call.id != old_call.id
+    body["messages"][1]["content"].append({"type": "tool_use", "id": call.id})
+    body["messages"][2]["content"].insert(
+        1, {"type": "tool_result", "tool_use_id": call.id, "content": "edited"}
+    )
+    assert tool_results(body, newest) == ["edited"]
+    second = next_tool_call(newest, tool_results(body, newest))
     assert second is not None
     assert second.name == "Bash"

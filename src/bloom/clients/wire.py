@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from bloom.clients.fields import Fields
+from bloom.clients.fields import Fields, WireError
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.workspace import WorkspaceProblem, WorkspaceResult, WorkspaceSpec
 
 Raw = Mapping[str, Any]
 
@@ -100,6 +101,7 @@ class TaskInfo:
     session_id: str | None = None
     hold: HoldInfo | None = None
     stall: StallInfo | None = None
+    workspace: WorkspaceSpec | None = None
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -128,6 +130,7 @@ class TaskInfo:
             session_id=fields.optional_text("session_id"),
             hold=fields.optional_nested("hold", HoldInfo.from_json),
             stall=fields.optional_nested("stall", StallInfo.from_json),
+            workspace=fields.optional_nested("workspace", _workspace),
             raw=fields.data,
         )
 
@@ -224,6 +227,8 @@ class CompleteRequest:
     error_code: ErrorCode | None = None
     retry_at: int | None = None
     session_id: str | None = None
+    workspace: WorkspaceResult | None = None
+    patch: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -238,6 +243,10 @@ class CompleteRequest:
             body["retry_at"] = self.retry_at
         if self.session_id:
             body["session_id"] = self.session_id
+        if self.workspace is not None:
+            body["workspace"] = self.workspace.to_json()
+        if self.patch:
+            body["patch"] = self.patch
         return body | {"lease_id": self.lease_id, "worker_id": self.worker_id}
 
 
@@ -398,3 +407,10 @@ class Health:
             service=fields.text("service"),
             version=fields.text("version"),
         )
+
+
+def _workspace(data: Raw, where: str) -> WorkspaceSpec:
+    try:
+        return WorkspaceSpec.from_json(data)
+    except WorkspaceProblem as exc:
+        raise WireError(f"{where}: {exc}") from None

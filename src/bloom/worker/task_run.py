@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -29,6 +29,9 @@ from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
+from bloom.worker.workspace import Author, Prepared, WorkspaceFailed, Workspaces
+
+T = TypeVar("T")
 
 log = structlog.get_logger("bloom.worker")
 
@@ -44,6 +47,8 @@ GIVEN_BACK_DELAY_MS = 1000
 """A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
 again after this, on a worker whose credentials work."""
 GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
+PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
+"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
 
@@ -135,6 +140,11 @@ class TaskRun:
         self.lease = grant.lease
         self.environ = environ
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
+        self.workspaces = Workspaces(
+            settings.resolved_work_dir / "workspaces", Author(*settings.git_author_parts)
+        )
+        self.cwd: Path | None = None
+        """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
         self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)
 
     async def run(self) -> None:
@@ -156,10 +166,23 @@ class TaskRun:
             return
         try:
             async with self.conversations.lock(context):
-                report = await self._execute()
+                prepared = await self._prepare_workspace()
+                report = await self._execute(prepared)
+                outcome = self._decide(report)
+                if prepared is not None and outcome.success:
+                    outcome = await self._keep_change(prepared, outcome)
         except LeaseLost as exc:
             self.log.warning("lease_lost", reason=str(exc))
             return
+        except WorkspaceFailed as exc:
+            self.log.warning("workspace_failed", error=str(exc))
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
+            outcome = Outcome(
+                False,
+                error_message=f"Workspace: {exc}",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
         except asyncio.CancelledError:
             # The worker is stopping and the drain time is over: say so, so that the task is
             # retried now rather than when its lease runs out.
@@ -171,11 +194,6 @@ class TaskRun:
             )
             await asyncio.shield(self._report(outcome, deadline_sec=5))
             raise
-        outcome = decide(
-            report,
-            desired_format=self.task.desired_format,
-            budget_usd=self.task.policy.budget,
-        )
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -209,9 +227,46 @@ class TaskRun:
             retry_at=int(time.time() * 1000) + GIVEN_BACK_DELAY_MS,
         )
 
-    async def _execute(self) -> RunReport:
+    def _decide(self, report: RunReport) -> Outcome:
+        return decide(
+            report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
+        )
+
+    async def _prepare_workspace(self) -> Prepared | None:
+        """The task's worktree, ready at its branch's head (None: the task has no workspace),
+        the lease renewed meanwhile (a fetch may take minutes)."""
+        spec = self.task.workspace
+        if spec is None:
+            return None
+        if not self.settings.serves_workspaces:
+            raise WorkspaceFailed("this worker takes no workspace tasks (--allow-clone, git)")
+
+        async def history(patches: bool) -> Mapping[str, Any]:
+            try:
+                return await self.client.workspace_history(self.task.id, patches=patches)
+            except (RuntimeApiError, RuntimeUnreachable) as exc:
+                raise WorkspaceFailed(f"the branch's history could not be read: {exc}") from None
+
+        return await self._renewing(self.workspaces.prepare(spec, history))
+
+    async def _keep_change(self, prepared: Prepared, outcome: Outcome) -> Outcome:
+        """Commit the run's change, make its patch, push it; in the outcome."""
+        result, patch = await self._renewing(
+            self.workspaces.finish(prepared, self.task.id, self.task.prompt)
+        )
+        return replace(outcome, workspace=result, patch=patch)
+
+    async def _renewing(self, work: Awaitable[T]) -> T:
+        renewing = asyncio.create_task(self._renew_until_reported())
+        try:
+            return await work
+        finally:
+            renewing.cancel()
+
+    async def _execute(self, prepared: Prepared | None = None) -> RunReport:
         """Run the CLI (resuming the context's conversation) while the lease is kept alive."""
         resume = self.conversations.get(self.task.context_id)
+        self.cwd = prepared.path if prepared is not None else None
         report = await self._run_cli(resume)
         failed_resume = report.result is None or report.result.get("is_error")
         if (
@@ -226,8 +281,11 @@ class TaskRun:
     def _invocation(self, resume: str | None) -> Invocation:
         settings, task = self.settings, self.task
         context = resolve_hints(list(task.context_hints), settings.project_dir)
-        workdir = settings.resolved_work_dir / "tasks" / task.id
+        workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
+        extra = list(settings.claude_args)
+        if self.cwd is not None and not any(arg in PERMISSIONS_SET for arg in extra):
+            extra += ["--permission-mode", "acceptEdits"]  # headless: else no edit is allowed
         slug = task.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents"]
         if settings.project_dir:
@@ -241,7 +299,7 @@ class TaskRun:
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
             budget_usd=task.policy.budget,
-            extra_args=list(settings.claude_args),
+            extra_args=extra,
         )
 
     async def _run_cli(self, resume: str | None) -> RunReport:
