@@ -10,6 +10,7 @@ made twice. With `push: false`, a node that lacks the branch rebuilds it from th
 
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,18 @@ def clone(url: str, where: Path) -> Path:
     return where
 
 
+def bloom(stack: Stack, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """A `bloom` command as a person runs it, against the stack's runtime."""
+    return subprocess.run(
+        [sys.executable, "-m", "bloom.cli.main", *args, "--url", stack.runtime.url],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
 def trailers(checkout: Path, revisions: str) -> list[str]:
     out = git("log", "--format=%(trailers:key=Bloom-Task,valueonly)", revisions, cwd=checkout)
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -111,10 +124,44 @@ def test_a_branch_grows_task_by_task_and_survives_a_killed_worker(
     )
     assert (checkout / "hello.txt").read_text() == "hi\n"
 
-    # a follow-up in the same context: one more commit on the branch, the same session
-    second = stack.submit(
-        f"and more {shell('echo more >> hello.txt')}", context_id=context, workspace=workspace
+    # `bloom task diff` prints it; `bloom task apply` commits it in a checkout, or, where it
+    # conflicts, changes nothing
+    shown = bloom(stack, "task", "diff", first)
+    assert shown.returncode == 0, shown.stderr
+    assert "+hi" in shown.stdout
+    fresh = clone(demo, tmp_path / "fresh")
+    applied = bloom(stack, "task", "apply", first, cwd=fresh)
+    assert applied.returncode == 0, applied.stderr
+    assert (fresh / "hello.txt").read_text() == "hi\n"
+    assert git("log", "-1", "--format=%s", cwd=fresh).strip() == "add a hello file"
+    mine = clone(demo, tmp_path / "mine")
+    (mine / "hello.txt").write_text("mine\n")
+    git("add", "hello.txt", cwd=mine)
+    git("commit", "--quiet", "-m", "my own hello", cwd=mine)
+    before = git("rev-parse", "HEAD", cwd=mine)
+    refused = bloom(stack, "task", "apply", first, cwd=mine)
+    assert refused.returncode == 1, refused.stderr
+    assert "nothing was changed" in refused.stderr
+    assert git("rev-parse", "HEAD", cwd=mine) == before
+    assert git("status", "--porcelain", cwd=mine) == ""
+    assert (mine / "hello.txt").read_text() == "mine\n"
+
+    # a follow-up in the same context (from the CLI, which prints its diff): one more commit
+    # on the branch, the same session
+    submitted = bloom(
+        stack,
+        "task",
+        "submit",
+        f"and more {shell('echo more >> hello.txt')}",
+        "--repo",
+        "demo",
+        "--context",
+        context,
+        "--wait",
     )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "+more" in submitted.stdout
+    second = stack.http.get("/llm-tasks", params={"limit": 1}).json()[0]["id"]
     second_task = done(stack, second)
     assert second_task["session_id"] == stack.task(first)["session_id"]
     steps = history(stack, second)["steps"]

@@ -14,7 +14,12 @@ from bloom.clients.fields import Fields, WireError
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
-from bloom.domain.workspace import WorkspaceProblem, WorkspaceResult, WorkspaceSpec
+from bloom.domain.workspace import (
+    PATCH_ARTIFACT,
+    WorkspaceProblem,
+    WorkspaceResult,
+    WorkspaceSpec,
+)
 
 Raw = Mapping[str, Any]
 
@@ -270,6 +275,11 @@ class ArtifactInfo:
             created_at=fields.integer("created_at"),
             raw=fields.data,
         )
+
+
+def answers(artifacts: list[ArtifactInfo]) -> list[ArtifactInfo]:
+    """A task's answers among its artifacts (the patches of its changes left out), in order."""
+    return [artifact for artifact in artifacts if artifact.type != PATCH_ARTIFACT]
 
 
 @dataclass(frozen=True, slots=True)
