@@ -8,6 +8,7 @@ changes nothing commits nothing; a worker killed with -9 mid-run loses nothing: 
 another worker that never had the repository, continues from the pushed branch, and no commit is
 made twice. With `push: false`, a node that lacks the branch rebuilds it from the patches."""
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.process.test_mcp import bloom_mcp, structured
 from tests.process.test_worker_e2e import working_in
 from tests.support.git_http import GitServer, git
 from tests.support.stack import Stack, wait_for
@@ -82,6 +84,16 @@ def bloom(stack: Stack, *args: str, cwd: Path | None = None) -> subprocess.Compl
     )
 
 
+async def through_mcp(stack: Stack, task_id: str) -> tuple[dict[str, Any], str, str]:
+    """get_task's view, the patch resource and the task's answer resource, as a session reads
+    them through `bloom mcp`."""
+    async with bloom_mcp(stack.runtime.url, "") as client:
+        view = structured(await client.call_tool("get_task", {"task_id": task_id}))
+        patch = await client.read_resource(view["change"]["patch_uri"])
+        answer = await client.read_resource(f"bloom://tasks/{task_id}/result")
+    return view, getattr(patch.contents[0], "text", ""), getattr(answer.contents[0], "text", "")
+
+
 def trailers(checkout: Path, revisions: str) -> list[str]:
     out = git("log", "--format=%(trailers:key=Bloom-Task,valueonly)", revisions, cwd=checkout)
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -123,6 +135,14 @@ def test_a_branch_grows_task_by_task_and_survives_a_killed_worker(
         "rev-parse", f"{step['head']}^{{tree}}", cwd=checkout
     )
     assert (checkout / "hello.txt").read_text() == "hi\n"
+
+    # MCP's get_task reports the change; its patch is a resource
+    view, patch_read, answer_read = asyncio.run(through_mcp(stack, first))
+    assert view["workspace"] == {"repo": "demo", "branch": "bloom/ctx-ws"}
+    assert view["change"]["head"] == step["head"]
+    assert (view["change"]["files_changed"], view["change"]["insertions"]) == (1, 1)
+    assert patch_read == patch
+    assert answer_read != patch
 
     # `bloom task diff` prints it; `bloom task apply` commits it in a checkout, or, where it
     # conflicts, changes nothing

@@ -115,7 +115,8 @@ class Tools:
 
     async def get_task(self, task_id: TaskId) -> dict[str, Any]:
         """One task: its status, worker, attempts and last error; once it has ended, its output
-        (inline up to a size, else the URI of its artifact resource)."""
+        (inline up to a size, else the URI of its artifact resource) and, for a task that
+        changes a repository, its `change` (branch, commits, counts, push, the patch's URI)."""
         return await self._answer(self.fleet.task(task_id))
 
     async def list_tasks(

@@ -43,16 +43,9 @@ async def resolve(tx: Repositories, request: WorkspaceRequest, context_id: str) 
 
 
 def _step(result: Result) -> dict[str, Any]:
-    workspace = result.workspace or {}
-    return {
-        "task_id": result.task_id,
-        "result_id": result.id,
-        "completed_at": result.completed_at,
-        "base": workspace.get("base"),
-        "head": workspace.get("head"),
-        "pushed": workspace.get("pushed"),
-        "patch_artifact_id": workspace.get("patch_artifact_id"),
-    }
+    """A result's `workspace` (base, head, counts, push, patch artifact) with whose it is."""
+    mine = {"task_id": result.task_id, "result_id": result.id, "completed_at": result.completed_at}
+    return mine | (result.workspace or {})
 
 
 class WorkspaceService:
