@@ -7,6 +7,7 @@ import contextlib
 import os
 import platform
 import random
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from bloom.clients.wire import Grant
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
-from bloom.worker import credentials, metrics
+from bloom.worker import credentials, metrics, workspace_gc
 from bloom.worker.agent_http import AgentSurface, Refusal, serving
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
@@ -30,6 +31,7 @@ from bloom.worker.task_run import Pause, TaskRun
 log = structlog.get_logger("bloom.worker")
 
 PRESENCE_SEC = 15.0
+WORKSPACE_GC_SEC = 3600.0
 MAX_NOT_READY = 1000
 """The runtime keeps at most this much of why a worker is not ready."""
 WAITING = "; this worker takes no task until they change (BLOOM_WORKER_ON_AUTH_FAILURE=wait)"
@@ -205,6 +207,8 @@ class Worker:
             helpers.append(asyncio.create_task(self.memory_auto.keep_leases()))
         if self.membridge:
             helpers.append(asyncio.create_task(self._membridge_presence()))
+        if self.settings.serves_workspaces:
+            helpers.append(asyncio.create_task(self._collect_workspaces()))
         claiming = self.settings.max_concurrency if self.settings.claim else 0
         slots = [asyncio.create_task(self._slot()) for _ in range(claiming)]
         await self.stopping.wait()
@@ -220,6 +224,24 @@ class Worker:
         await asyncio.gather(*helpers, return_exceptions=True)
         await self._say_goodbye()
         log.info("worker_stopped")
+
+    async def _collect_workspaces(self) -> None:
+        """Unused worktrees removed at start and every hour (`workspace_gc`)."""
+        settings = self.settings
+        while True:
+            try:
+                removed = await workspace_gc.collect(
+                    settings.workspaces_dir,
+                    time.time(),
+                    settings.workspace_retention_hours * 3600,
+                    settings.workspace_min_free_mb * 1024 * 1024,
+                )
+            except OSError as exc:
+                log.warning("workspace_gc_failed", error=str(exc))
+            else:
+                if removed:
+                    log.info("workspaces_removed", paths=[str(path) for path in removed])
+            await asyncio.sleep(WORKSPACE_GC_SEC)
 
     async def _register(self) -> None:
         """Register with the runtime, retrying until it answers (or the worker is stopped). A

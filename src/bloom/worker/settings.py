@@ -163,6 +163,20 @@ class WorkerSettings(ListenerSettings):
         "(under the repositories' base; only with an agent key, else 403), and take tasks with "
         "a workspace (a worktree per branch under the work dir: docs/workspaces.md).",
     )
+    workspace_retention_hours: float = Field(
+        24.0,
+        ge=1,
+        le=24 * 365,
+        validation_alias=_env("BLOOM_WORKER_WORKSPACE_RETENTION_HOURS"),
+        description="A workspace's worktree unused this long is removed (and the least "
+        "recently used ones first while free space is short): docs/workspaces.md.",
+    )
+    workspace_min_free_mb: int = Field(
+        1024,
+        ge=0,
+        validation_alias=_env("BLOOM_WORKER_WORKSPACE_MIN_FREE_MB"),
+        description="Free space under the work dir below which worktrees are removed early.",
+    )
     git_author: str = Field(
         "BLOOM worker <bloom@localhost>",
         pattern=r"^[^<>\n]+ <[^<>\s]+>$",
@@ -286,6 +300,10 @@ class WorkerSettings(ListenerSettings):
     def serves_workspaces(self) -> bool:
         """Clones allowed and git present: tasks with a workspace may come here."""
         return self.allow_clone and shutil.which("git") is not None
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.resolved_work_dir / "workspaces"
 
     @property
     def git_author_parts(self) -> tuple[str, str]:

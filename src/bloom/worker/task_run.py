@@ -140,9 +140,7 @@ class TaskRun:
         self.lease = grant.lease
         self.environ = environ
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
-        self.workspaces = Workspaces(
-            settings.resolved_work_dir / "workspaces", Author(*settings.git_author_parts)
-        )
+        self.workspaces = Workspaces(settings.workspaces_dir, Author(*settings.git_author_parts))
         self.cwd: Path | None = None
         """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
         self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)

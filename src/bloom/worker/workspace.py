@@ -31,6 +31,7 @@ from bloom.domain.workspace import (
     commit_subject,
 )
 from bloom.worker.clone import GitRun, command
+from bloom.worker.workspace_gc import touch
 
 NETWORK_TIMEOUT_SEC = 300.0
 LOCAL_TIMEOUT_SEC = 120.0
@@ -85,6 +86,7 @@ class Workspaces:
         head = known.get("head")
         remote_head = await _commit_of(mirror, f"refs/remotes/origin/{spec.branch}")
         path = self._tree_path(spec)
+        touch(self.root, spec.repo, path.name)
         if isinstance(head, str):
             if await _commit_of(mirror, head) != head:
                 await self._rebuild(mirror, path, spec, head, await history(True))
@@ -101,6 +103,7 @@ class Workspaces:
         """Commit what the run changed (nothing changed: no commit), push it when asked; the
         result and the patch (None when nothing changed or it is too large to send)."""
         path, base = prepared.path, prepared.base
+        touch(self.root, prepared.spec.repo, path.name)
         await _git(path, "add", "--all")
         staged = await _run(path, "diff", "--cached", "--quiet")
         if staged.returncode == 0:
