@@ -484,3 +484,16 @@ def test_the_echo_model_follows_the_newest_prompt_of_a_resumed_conversation() ->
     second = next_tool_call(newest, tool_results(body, newest))
     assert second is not None
     assert second.name == "Bash"
+
+
+def test_the_echo_model_scripts_the_demo_sentence_as_one_shell_call() -> None:
+    """`add a FILE saying TEXT` writes TEXT to FILE in the run's directory, quoted for the
+    shell; anything else, or a path, scripts nothing."""
+    call = next_tool_call("add a hello.txt saying hi", [])
+    assert call is not None
+    assert (call.name, call.input) == ("Bash", {"command": "printf '%s\\n' hi > hello.txt"})
+    quoted = next_tool_call("Add notes.md saying it's $HOME; rm -rf /", [])
+    assert quoted is not None
+    assert quoted.input["command"] == ("printf '%s\\n' 'it'\"'\"'s $HOME; rm -rf /' > notes.md")
+    assert next_tool_call("add a ../x saying hi", []) is None
+    assert next_tool_call("add a hello.txt saying hi", ["done"]) is None

@@ -14,6 +14,8 @@ the tests use to script the model's behaviour; they are harmless in a demo:
 - `[[overloaded]]`: answer 529 `overloaded_error`;
 - `[[usage-limit EPOCH_S]]`: until that time, answer as the API does when a plan's usage limit
   is reached, with the reset time; after it, answer normally;
+- `add a FILE saying TEXT` (the whole prompt, the demo's): as a `Bash` call writing TEXT and a
+  newline to FILE (a plain name, in the run's directory);
 - `[[tool NAME {JSON}]]` (one or more, in order): ask for a call of the tool NAME with that
   input, one per turn, as a model using tools does; a string `"$id"` in the input is the `id`
   of the previous tool's JSON result. Once each has its result, the answer is `echo: ` and the
@@ -28,9 +30,11 @@ import asyncio
 import hashlib
 import json
 import re
+import shlex
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -38,8 +42,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from bloom.worker import echo_git
+
 DIRECTIVE = re.compile(r"\[\[(sleep|tokens|overloaded|usage-limit)(?:\s+([0-9.]+))?\]\]")
 TOOL = re.compile(r"\[\[tool (\S+)(?: (\{.*?\}))?\]\]")
+DEMO_EDIT = re.compile(
+    r"add (?:a |an )?(?P<file>[\w-][\w.-]{0,99}) saying (?P<text>.{1,500})", re.IGNORECASE
+)
 MODEL = "claude-echo-1"
 STREAM_CHUNK = 24
 CONTINUE = "Continue from where you left off."
@@ -126,9 +135,20 @@ def tool_results(body: dict[str, Any], prompt: str) -> list[str]:
     return found
 
 
+def demo_calls(prompt: str) -> list[tuple[str, str]]:
+    """The demo's one sentence that edits (`add a hello.txt saying hi`): the shell call that
+    writes the file in the run's directory, as a `[[tool Bash …]]` directive would ask."""
+    found = DEMO_EDIT.fullmatch(prompt.strip())
+    if found is None:
+        return []
+    name, text = found.group("file"), found.group("text").strip().strip("\"'")
+    command = f"printf '%s\\n' {shlex.quote(text)} > {shlex.quote(name)}"
+    return [("Bash", json.dumps({"command": command}))]
+
+
 def next_tool_call(prompt: str, results: list[str]) -> ToolCall | None:
     """The prompt's next scripted tool call, or None when each has had its result."""
-    calls = TOOL.findall(prompt)
+    calls = TOOL.findall(prompt) or demo_calls(prompt)
     if len(results) >= len(calls):
         return None
     name, raw = calls[len(results)]
@@ -288,14 +308,21 @@ class EchoModel:
         return _error(404, "not_found_error", f"{request.url.path} is not served here")
 
 
-def create_app(model: EchoModel | None = None) -> Starlette:
+def create_app(model: EchoModel | None = None, git_root: Path | None = None) -> Starlette:
+    """The model's app; with `git_root`, the repositories there served at `/git/<name>.git`."""
     model = model or EchoModel()
-    return Starlette(
-        routes=[
-            Route("/v1/messages", model.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
-            Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
-            Route("/_requests", model.seen, methods=["GET"]),
-            Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]),
-        ]
-    )
+    routes = [
+        Route("/v1/messages", model.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
+        Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
+        Route("/_requests", model.seen, methods=["GET"]),
+    ]
+    if git_root is not None:
+        root = git_root
+
+        async def git(request: Request) -> Response:
+            return await echo_git.serve(request, root)
+
+        routes.append(Route("/git/{path:path}", git, methods=["GET", "POST"]))
+    routes.append(Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]))
+    return Starlette(routes=routes)
