@@ -123,12 +123,23 @@ async def test_one_branch_is_written_by_one_task_at_a_time(
     assert taken is not None
     assert taken["task"]["id"] == other["id"]
     assert await claim(client, "w2") is None
-    assert (await client.get(f"{API}/llm-tasks/{second['id']}")).json()["status"] == "queued"
+    waiting = (await client.get(f"{API}/llm-tasks/{second['id']}")).json()
+    assert waiting["status"] == "queued"
+    assert waiting["waiting_for"] == {
+        "reason": "branch_busy",
+        "task_id": first["id"],
+        "repo": "demo",
+        "branch": "x",
+    }
+    page = await client.get(f"/tasks/{second['id']}")
+    assert "is writing the branch" in page.text
+    assert first["id"] in page.text
     done = await client.post(
         f"{API}/llm-tasks/{first['id']}/complete",
         json=success(lease_id=grant["lease"]["id"], worker_id="w1"),
     )
     assert done.status_code == 200, done.text
+    assert "waiting_for" not in (await client.get(f"{API}/llm-tasks/{second['id']}")).json()
     after = await claim(client, "w2")
     assert after is not None
     assert after["task"]["id"] == second["id"]

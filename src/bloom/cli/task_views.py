@@ -67,8 +67,15 @@ def print_task(
         ("created", f"{when(task.created_at)} ({ago(task.created_at)})"),
         ("updated", f"{when(task.updated_at)} ({ago(task.updated_at)})"),
     ]
+    if task.workspace is not None:
+        spec = task.workspace
+        rows.append(("workspace", escape(f"{spec.repo} · {spec.branch}")))
     if task.hold is not None:
         rows.append(("waits", _hold_text(task.hold)))
+    waiting = task.raw.get("waiting_for")
+    if isinstance(waiting, dict):
+        writer, branch = waiting.get("task_id"), waiting.get("branch")
+        rows.append(("waits", escape(f"task {writer} is writing branch {branch}")))
     if task.stall is not None:
         rows.append(("stalled", _stall_text(task.stall)))
     if task.not_before:

@@ -63,16 +63,23 @@ async def list_tasks(
 
 
 @router.get("/llm-tasks/{task_id}", response_model=Task, summary="One task")
-async def get_task(task_id: str, tasks: Tasks, budgets: Budgets, records: Records) -> JSON:
+async def get_task(
+    task_id: str, tasks: Tasks, budgets: Budgets, records: Records, workspaces: Workspaces
+) -> JSON:
     """A queued task whose project's budget is spent carries `hold`: `{project, until,
-    reason: "budget_exhausted"}` (it waits, nothing failed). A running task whose attempt has
-    printed nothing past its `stall_sec` carries `stall`: `{lease_id, worker_id, stalled_at,
-    silent_since}`."""
+    reason: "budget_exhausted"}` (it waits, nothing failed); one whose branch another task
+    writes, `waiting_for: {reason: "branch_busy", task_id, repo, branch}`. A running task whose
+    attempt has printed nothing past its `stall_sec` carries `stall`: `{lease_id, worker_id,
+    stalled_at, silent_since}`."""
     task = await tasks.get(task_id)
     stall = await records.stall(task)
     if stall is not None:
         return JSON(asdict(task) | {"stall": stall})
-    return JSON((await budgets.with_holds([task]))[0])
+    answer = (await budgets.with_holds([task]))[0]
+    waiting = await workspaces.waiting_for(task)
+    if waiting is None:
+        return JSON(answer)
+    return JSON((answer if isinstance(answer, dict) else asdict(answer)) | {"waiting_for": waiting})
 
 
 @router.get(

@@ -163,6 +163,7 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
     context = {
         "task": task,
         "hold": holds.get(task.agent_slug),
+        "waiting": await c.workspaces.waiting_for(task),
         "live": task.status in LIVE,
         "policy": present.policy_items(task.policy),
         "attempts": attempts,

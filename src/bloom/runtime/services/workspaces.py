@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloom.domain.errors import Forbidden, InvalidField, NotFound
-from bloom.domain.models import Result
+from bloom.domain.models import Result, Task
+from bloom.domain.states import TaskStatus
 from bloom.domain.workspace import WorkspaceSpec, default_branch, key_of
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -77,6 +78,19 @@ class WorkspaceService:
             for step in changed:
                 step["patch"] = await self._patch(step["patch_artifact_id"])
         return {"task_id": task_id, "workspace": task.workspace, "head": head, "steps": changed}
+
+    async def waiting_for(self, task: Task) -> dict[str, Any] | None:
+        """Why a queued workspace task waits, when another task writes its branch: `{reason:
+        "branch_busy", task_id, repo, branch}` (None: it does not wait for that)."""
+        key = key_of(task.workspace)
+        if task.status is not TaskStatus.QUEUED or key is None or task.workspace is None:
+            return None
+        async with self.db.read() as tx:
+            writer = await tx.tasks.branch_writer(key)
+        if writer is None or writer == task.id:
+            return None
+        repo, branch = task.workspace["repo"], task.workspace["branch"]
+        return {"reason": "branch_busy", "task_id": writer, "repo": repo, "branch": branch}
 
     async def _patch(self, artifact_id: str | None) -> str | None:
         if artifact_id is None:

@@ -57,6 +57,14 @@ _LOCK_IN_FLIGHT = (
     .with_for_update()
 )
 _STATUS = select(t.c.status).where(t.c.id == bindparam("b_id"))
+_BRANCH_WRITER = (
+    select(t.c.id)
+    .where(
+        t.c.workspace_key == bindparam("b_key"),
+        or_(is_state(t.c.status, "leased"), is_state(t.c.status, "running")),
+    )
+    .limit(1)
+)
 _BY_KEY = select(*TASK_COLUMNS, t.c.request_hash).where(t.c.idempotency_key == bindparam("b_key"))
 _LIST = (
     select(*TASK_COLUMNS)
@@ -293,6 +301,11 @@ class TaskRepository(Repository):
         """Hold the task's row lock to the end of the transaction if it is leased or running
         (PostgreSQL; SQLite has one writer already); False when it is not (or does not exist)."""
         return bool(await self.run(_LOCK_IN_FLIGHT, {"b_id": task_id}))
+
+    async def branch_writer(self, workspace_key: str) -> str | None:
+        """The task in flight that writes this repository branch, if one does."""
+        writer: str | None = await self.scalar(_BRANCH_WRITER, {"b_key": workspace_key})
+        return writer
 
     async def status(self, task_id: str) -> TaskStatus | None:
         status = await self.scalar(_STATUS, {"b_id": task_id})
