@@ -240,3 +240,28 @@ def test_an_unpushed_branch_is_rebuilt_from_its_patches_on_another_node(
     assert [s["task_id"] for s in steps] == [first, second]
     # the same commit as w1 made, rebuilt from the patch, and the new one on top
     assert steps[1]["base"] == step["head"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_refused_push_is_reported_and_the_change_kept(
+    stack: Stack, origin: GitServer, tmp_path: Path
+) -> None:
+    url = origin.create("locked", {"README.md": "# locked\n"}, tmp_path / "seed")
+    git("config", "http.receivepack", "false", cwd=origin.root / "locked.git")
+    assert stack.http.post("/projects", json={"name": "locked", "repo_url": url}).is_success
+    stack.add_worker("w1", **WORKSPACE_WORKER)
+    workspace = {"repo": "locked"}
+    task = stack.submit(f"one {shell('echo 1 > one.txt')}", context_id="c", workspace=workspace)
+    done(stack, task)
+    [step] = history(stack, task)["steps"]
+    assert step["pushed"] is False
+    assert step["push_error"]
+    assert step["head"] != step["base"]
+    patch = patch_of(stack, task)
+    assert patch is not None
+    assert "+1" in patch
+    assert origin.head("locked", step["branch"]) is None
+    # nothing changed: no commit, and the run says so
+    quiet = stack.submit("only talk", context_id="c", workspace=workspace)
+    done(stack, quiet)
+    assert history(stack, quiet)["steps"] == [step]
