@@ -33,8 +33,7 @@ from bloom.cli.supervisor import (
 )
 from bloom.worker import claude_cli, credentials
 from bloom.worker.claude_env import child_environment
-from bloom.worker.demo import demo_environment
-from bloom.worker.echo_git import DEMO_REPO
+from bloom.worker.demo import DEMO_REPO, demo_environment
 
 HOST = "127.0.0.1"
 DEMO_GIT_DIR = "demo-git"

@@ -12,7 +12,8 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import Response
 
-DEMO_REPO = "demo"
+from bloom.worker.demo import DEMO_REPO
+
 README = """# demo
 
 A small repository that `bloom up --demo-model` serves, for trying workspace tasks:
