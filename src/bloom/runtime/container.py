@@ -222,6 +222,7 @@ def build_container(
     releases = HoldReleases(db, signal, clock)
     agents = AgentOps(db, clock, agent_http, agent_key)
     membridge = MembridgeService(db, client, config, clock)
+    events = EventService(db, event_signal, signal, clock, bounds=event_bounds(settings))
     container = Container(
         settings=settings,
         db=db,
@@ -229,7 +230,7 @@ def build_container(
         tasks=TaskService(db, signal, clock, lease_settings),
         leases=leases,
         attempts=AttemptService(
-            db, signal, clock, stores[settings.artifact_store], retry, releases
+            db, signal, clock, stores[settings.artifact_store], retry, releases, events
         ),
         workers=WorkerService(db, signal, clock),
         config=config,
@@ -237,7 +238,7 @@ def build_container(
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
-        events=EventService(db, event_signal, signal, clock, bounds=event_bounds(settings)),
+        events=events,
         credentials=credentials,
         install_scripts=InstallScripts(
             db,
