@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from bloom.db.database import resolve_database
@@ -28,8 +28,7 @@ def stored(probe: DatabaseProbe, task_id: str) -> list[dict[str, Any]]:
 
 def total_bytes(probe: DatabaseProbe, task_id: str) -> int:
     where = task_event_totals.c.task_id == task_id
-    return int(probe.scalar(task_event_totals.select().with_only_columns(
-        task_event_totals.c.bytes).where(where)))  # fmt: skip
+    return int(probe.scalar(select(task_event_totals.c.bytes).where(where)))
 
 
 def size(event: dict[str, Any]) -> int:
