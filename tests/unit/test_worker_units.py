@@ -16,7 +16,7 @@ from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
-from bloom.worker.echo_model import Script, next_tool_call
+from bloom.worker.echo_model import Script, next_tool_call, tool_results
 from bloom.worker.outcome import (
     Outcome,
     RunReport,
@@ -580,3 +580,39 @@ def test_the_echo_model_scripts_tool_calls_one_per_turn() -> None:
     assert second.id != first.id
     assert next_tool_call(prompt, ["r1", "r2"]) is None
     assert next_tool_call("no tools here", []) is None
+
+
+def test_the_echo_model_follows_the_newest_prompt_of_a_resumed_conversation() -> None:
+    """Results of an earlier prompt's calls do not count against the newest prompt's script,
+    wherever the CLI puts them (it merges a resumed session's turns)."""
+    earlier = 'one [[tool Bash {"command": "true"}]]'
+    newest = 'two [[tool Edit {"file_path": "a"}]] [[tool Bash {"command": "ls"}]]'
+    old_call = next_tool_call(earlier, [])
+    assert old_call is not None
+    body: dict[str, Any] = {
+        "messages": [
+            {"role": "user", "content": earlier},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": old_call.id}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": old_call.id, "content": "done"},
+                    {"type": "text", "text": newest},
+                ],
+            },
+        ]
+    }
+    assert tool_results(body, newest) == []
+    assert tool_results(body, earlier) == ["done"]
+    call = next_tool_call(newest, [])
+    assert call is not None
+    assert call.name == "Edit"
+    assert call.id != old_call.id
+    body["messages"][1]["content"].append({"type": "tool_use", "id": call.id})
+    body["messages"][2]["content"].insert(
+        1, {"type": "tool_result", "tool_use_id": call.id, "content": "edited"}
+    )
+    assert tool_results(body, newest) == ["edited"]
+    second = next_tool_call(newest, tool_results(body, newest))
+    assert second is not None
+    assert second.name == "Bash"

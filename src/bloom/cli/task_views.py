@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bloom.cli.remote import ago, styled_status, when
-from bloom.clients.wire import ArtifactInfo, HoldInfo, Policy, StallInfo, TaskInfo
+from bloom.clients.wire import ArtifactInfo, HoldInfo, Policy, StallInfo, TaskInfo, answers
 from bloom.domain.stall import silence
 from bloom.domain.states import TERMINAL
 
@@ -86,7 +86,7 @@ def print_task(
         console.print("\n[bold]last error[/]")
         console.print(f"[red]{escape(task.last_error)}[/]")
     if content is not None:
-        console.print(f"\n[bold]answer[/] [dim](artifact {artifacts[0].id})[/]")
+        console.print(f"\n[bold]answer[/] [dim](artifact {answers(artifacts)[0].id})[/]")
         console.print(content, markup=False)
 
 

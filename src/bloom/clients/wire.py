@@ -10,10 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from bloom.clients.fields import Fields
+from bloom.clients.fields import Fields, WireError
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.workspace import (
+    PATCH_ARTIFACT,
+    WorkspaceProblem,
+    WorkspaceResult,
+    WorkspaceSpec,
+)
 
 Raw = Mapping[str, Any]
 
@@ -100,6 +106,7 @@ class TaskInfo:
     session_id: str | None = None
     hold: HoldInfo | None = None
     stall: StallInfo | None = None
+    workspace: WorkspaceSpec | None = None
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -128,6 +135,7 @@ class TaskInfo:
             session_id=fields.optional_text("session_id"),
             hold=fields.optional_nested("hold", HoldInfo.from_json),
             stall=fields.optional_nested("stall", StallInfo.from_json),
+            workspace=fields.optional_nested("workspace", _workspace),
             raw=fields.data,
         )
 
@@ -236,6 +244,8 @@ class CompleteRequest:
     error_code: ErrorCode | None = None
     retry_at: int | None = None
     session_id: str | None = None
+    workspace: WorkspaceResult | None = None
+    patch: str | None = None
     events: Sequence[Mapping[str, Any]] = ()
     """The attempt's last live output (`{type, data}`), stored with the complete."""
     claim_next: ClaimNext | None = None
@@ -254,6 +264,10 @@ class CompleteRequest:
             body["retry_at"] = self.retry_at
         if self.session_id:
             body["session_id"] = self.session_id
+        if self.workspace is not None:
+            body["workspace"] = self.workspace.to_json()
+        if self.patch:
+            body["patch"] = self.patch
         if self.events:
             body["events"] = list(self.events)
         if self.claim_next is not None:
@@ -281,6 +295,11 @@ class ArtifactInfo:
             created_at=fields.integer("created_at"),
             raw=fields.data,
         )
+
+
+def answers(artifacts: list[ArtifactInfo]) -> list[ArtifactInfo]:
+    """A task's answers among its artifacts (the patches of its changes left out), in order."""
+    return [artifact for artifact in artifacts if artifact.type != PATCH_ARTIFACT]
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,3 +443,10 @@ class Health:
             service=fields.text("service"),
             version=fields.text("version"),
         )
+
+
+def _workspace(data: Raw, where: str) -> WorkspaceSpec:
+    try:
+        return WorkspaceSpec.from_json(data)
+    except WorkspaceProblem as exc:
+        raise WireError(f"{where}: {exc}") from None

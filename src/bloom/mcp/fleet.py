@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
-from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo
+from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo, answers
 from bloom.domain.budget import utc_minute
 from bloom.domain.states import TERMINAL, WorkerStatus
 
@@ -130,8 +130,8 @@ class Fleet:
         return task_view(await self.client.cancel_task(task_id))
 
     async def output(self, task_id: str) -> Output | None:
-        """The task's newest artifact, inline when short."""
-        artifacts = await self.client.artifacts(task_id)
+        """The task's newest answer artifact, inline when short."""
+        artifacts = answers(await self.client.artifacts(task_id))
         if not artifacts:
             return None
         return await self.artifact(artifacts[0])

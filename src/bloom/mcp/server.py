@@ -24,6 +24,7 @@ from bloom.clients.runtime import (
     RuntimeContractError,
     RuntimeUnreachable,
 )
+from bloom.clients.wire import answers
 from bloom.domain.identity import Role
 from bloom.domain.states import TaskStatus
 from bloom.mcp.fleet import INLINE_CHARS, MAX_WAIT_SEC, Fleet, Output, artifact_uri
@@ -224,7 +225,7 @@ def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
     @server.resource("bloom://tasks/{task_id}/result", mime_type="text/plain")
     async def task_result(task_id: str) -> str:
         """A task's answer: its newest artifact's content (an error until it has one)."""
-        artifacts = await _resource(fleet.client.artifacts(task_id))
+        artifacts = answers(await _resource(fleet.client.artifacts(task_id)))
         if not artifacts:
             raise ResourceError(f"task {task_id} has no result yet")
         return await _resource(fleet.client.artifact_content(artifacts[0].id))

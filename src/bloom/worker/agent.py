@@ -83,11 +83,12 @@ class Worker:
 
     def registration(self, status: str = "online", readiness: bool = True) -> dict[str, Any]:
         """The registration body; with `readiness` (the runtime's, not Membridge's), whether
-        the worker can run Claude now (`ready`) and, when not, why (`not_ready`)."""
+        the worker can run Claude now (`ready`) and, when not, why (`not_ready`), and whether it
+        takes tasks with a workspace."""
         url = self.settings.advertised_agent_url
         ready: dict[str, Any] = {}
         if readiness:
-            ready = {"ready": self.not_ready is None}
+            ready = {"ready": self.not_ready is None, "workspaces": self.settings.serves_workspaces}
             ready |= {"not_ready": self.not_ready} if self.not_ready else {}
         return {
             "name": self.settings.name,

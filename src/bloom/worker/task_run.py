@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -41,6 +41,9 @@ from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
+from bloom.worker.workspace import Author, Prepared, WorkspaceFailed, Workspaces
+
+T = TypeVar("T")
 
 log = structlog.get_logger("bloom.worker")
 
@@ -49,8 +52,8 @@ MAX_BATCH = 500
 MAX_BATCH_BYTES = 1024 * 1024
 """Well under the runtime's request body limit (BLOOM_MAX_BODY_BYTES, 5 MiB by default)."""
 COMPLETE_BYTES = 4 * 1024 * 1024
-"""A complete's output, error and events together stay within this (the same body limit): the
-events that would not fit are posted before it."""
+"""A complete's output, error, patch and events together stay within this (the body limit, 5
+MiB by default): the events that would not fit are posted before it."""
 MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
 NO_CONVERSATION = "No conversation found"
@@ -59,6 +62,8 @@ GIVEN_BACK_DELAY_MS = 1000
 """A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
 again after this, on a worker whose credentials work."""
 GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
+PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
+"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
 
@@ -233,30 +238,23 @@ class TaskRun:
         self.lease = grant.lease
         self.environ = environ
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
+        self.workspaces = Workspaces(
+            settings.resolved_work_dir / "workspaces", Author(*settings.git_author_parts)
+        )
+        self.cwd: Path | None = None
+        """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
         self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)
 
     async def run(self) -> Grant | None:
         """Run the attempt and report it; the slot's next task when the complete claimed one."""
         task_id, context = self.task.id, self.task.context_id
         first = Confirmation(self._heartbeat())
-        try:
-            async with self.conversations.lock(context):
-                report = await self._execute(first)
-        except LeaseLost as exc:
-            self.log.warning("lease_lost", reason=str(exc))
-            return None
-        except asyncio.CancelledError:
-            first.cancel()
-            # The worker is stopping and the drain time is over: say so, so that the task is
-            # retried now rather than when its lease runs out.
-            outcome = Outcome(
-                False,
-                error_message="The worker stopped before the task ended",
-                error_code=ErrorCode.ERROR,
-                metrics={"duration_ms": 0},
-            )
-            await asyncio.shield(self._report(outcome, deadline_sec=5, follow=False))
-            raise
+        if self.task.workspace is not None:
+            # A workspace is prepared (fetched, its worktree reset) only under a confirmed lease.
+            await first.settled()
+        attempted = None
+        if first.lost is None and not first.cancelled:
+            attempted = await self._attempt(first)
         await first.settled()
         if first.lost is not None:
             self.log.warning("lease_lost_before_start", reason=str(first.lost))
@@ -269,11 +267,9 @@ class TaskRun:
                 metrics={"duration_ms": 0},
             )
             return await self._report(cancelled)
-        outcome = decide(
-            report,
-            desired_format=self.task.desired_format,
-            budget_usd=self.task.policy.budget,
-        )
+        if attempted is None:
+            return None  # the lease was lost while it ran
+        report, outcome = attempted
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -293,6 +289,42 @@ class TaskRun:
         )
         return following
 
+    async def _attempt(self, first: Confirmation) -> tuple[RunReport, Outcome] | None:
+        """The workspace prepared, the CLI run (its prompt held until `first` allows it), the
+        change kept; None when the lease was lost meanwhile."""
+        try:
+            async with self.conversations.lock(self.task.context_id):
+                prepared = await self._prepare_workspace()
+                report = await self._execute(first, prepared)
+                outcome = self._decide(report)
+                if prepared is not None and outcome.success:
+                    outcome = await self._keep_change(prepared, outcome)
+        except LeaseLost as exc:
+            self.log.warning("lease_lost", reason=str(exc))
+            return None
+        except WorkspaceFailed as exc:
+            self.log.warning("workspace_failed", error=str(exc))
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
+            outcome = Outcome(
+                False,
+                error_message=f"Workspace: {exc}",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
+        except asyncio.CancelledError:
+            first.cancel()
+            # The worker is stopping and the drain time is over: say so, so that the task is
+            # retried now rather than when its lease runs out.
+            stopped = Outcome(
+                False,
+                error_message="The worker stopped before the task ended",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
+            await asyncio.shield(self._report(stopped, deadline_sec=5, follow=False))
+            raise
+        return report, outcome
+
     async def _give_back(self, outcome: Outcome) -> Outcome:
         """An authentication failure, with BLOOM_WORKER_ON_AUTH_FAILURE=wait: the worker stops
         taking work (it says so before the attempt is reported, so that the task is not handed
@@ -308,10 +340,47 @@ class TaskRun:
             retry_at=int(time.time() * 1000) + GIVEN_BACK_DELAY_MS,
         )
 
-    async def _execute(self, first: Confirmation) -> RunReport:
+    def _decide(self, report: RunReport) -> Outcome:
+        return decide(
+            report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
+        )
+
+    async def _prepare_workspace(self) -> Prepared | None:
+        """The task's worktree, ready at its branch's head (None: the task has no workspace),
+        the lease renewed meanwhile (a fetch may take minutes)."""
+        spec = self.task.workspace
+        if spec is None:
+            return None
+        if not self.settings.serves_workspaces:
+            raise WorkspaceFailed("this worker takes no workspace tasks (--allow-clone, git)")
+
+        async def history(patches: bool) -> Mapping[str, Any]:
+            try:
+                return await self.client.workspace_history(self.task.id, patches=patches)
+            except (RuntimeApiError, RuntimeUnreachable) as exc:
+                raise WorkspaceFailed(f"the branch's history could not be read: {exc}") from None
+
+        return await self._renewing(self.workspaces.prepare(spec, history))
+
+    async def _keep_change(self, prepared: Prepared, outcome: Outcome) -> Outcome:
+        """Commit the run's change, make its patch, push it; in the outcome."""
+        result, patch = await self._renewing(
+            self.workspaces.finish(prepared, self.task.id, self.task.prompt)
+        )
+        return replace(outcome, workspace=result, patch=patch)
+
+    async def _renewing(self, work: Awaitable[T]) -> T:
+        renewing = asyncio.create_task(self._renew_until_reported())
+        try:
+            return await work
+        finally:
+            renewing.cancel()
+
+    async def _execute(self, first: Confirmation, prepared: Prepared | None = None) -> RunReport:
         """Run the CLI (resuming the context's conversation) while the lease is kept alive; its
         prompt waits for `first` to allow it (else it is killed unfed)."""
         resume = self.conversations.get(self.task.context_id)
+        self.cwd = prepared.path if prepared is not None else None
         report = await self._run_cli(resume, first.allows)
         failed_resume = report.result is None or report.result.get("is_error")
         if (
@@ -328,8 +397,11 @@ class TaskRun:
     def _invocation(self, resume: str | None) -> Invocation:
         settings, task = self.settings, self.task
         context = resolve_hints(list(task.context_hints), settings.project_dir)
-        workdir = settings.resolved_work_dir / "tasks" / task.id
+        workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
+        extra = list(settings.claude_args)
+        if self.cwd is not None and not any(arg in PERMISSIONS_SET for arg in extra):
+            extra += ["--permission-mode", "acceptEdits"]  # headless: else no edit is allowed
         slug = task.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents"]
         if settings.project_dir:
@@ -343,7 +415,7 @@ class TaskRun:
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
             budget_usd=task.policy.budget,
-            extra_args=list(settings.claude_args),
+            extra_args=extra,
         )
 
     async def _run_cli(self, resume: str | None, gate: Gate | None = None) -> RunReport:
@@ -487,6 +559,7 @@ class TaskRun:
 
 
 def _room(request: CompleteRequest) -> int:
-    """Bytes a complete's events may take beside its output and error."""
-    used = sum(len(text.encode()) for text in (request.output, request.error_message) if text)
+    """Bytes a complete's events may take beside its output, error and patch."""
+    texts = (request.output, request.error_message, request.patch)
+    used = sum(len(text.encode()) for text in texts if text)
     return max(0, min(MAX_BATCH_BYTES, COMPLETE_BYTES - used))

@@ -5,9 +5,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 
+from bloom.domain.identity import Role
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks
+from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks, Workspaces
 from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
@@ -72,6 +73,20 @@ async def get_task(task_id: str, tasks: Tasks, budgets: Budgets, records: Record
     if stall is not None:
         return JSON(asdict(task) | {"stall": stall})
     return JSON((await budgets.with_holds([task]))[0])
+
+
+@router.get(
+    "/llm-tasks/{task_id}/workspace",
+    summary="A workspace task's branch as its tasks left it: where it stands, each change",
+)
+async def task_workspace(
+    task_id: str,
+    workspaces: Workspaces,
+    caller: Caller,
+    patches: Annotated[bool, Query(description="Add each change's patch text.")] = False,
+) -> JSON:
+    worker = caller.worker_id if caller.role is Role.WORKER else None
+    return JSON(await workspaces.history(task_id, worker_id=worker, with_patches=patches))
 
 
 @router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")

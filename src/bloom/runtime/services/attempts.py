@@ -7,7 +7,7 @@ conflict and changes nothing.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -21,6 +21,7 @@ from bloom.domain.models import Artifact, Completion, Lease, Result, Task
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
+from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.events import EventService, NewEvent, Row, prepared
@@ -89,6 +90,14 @@ class _Read(NamedTuple):
     lease: Lease
     released: bool
     finished: Task | None
+
+
+class _Contents(NamedTuple):
+    """An end's contents, in the artifact store before its transaction: the output, and the
+    patch of a workspace task's change."""
+
+    output: StoredContent | None
+    patch: StoredContent | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +314,7 @@ class AttemptService:
         self,
         tx: Repositories,
         ending: Ending,
-        stored: StoredContent | None,
+        stored: _Contents,
         worker_id: str | None,
         now: int,
         *,
@@ -353,7 +362,10 @@ class AttemptService:
             if ending.events
             else None
         )
-        artifact = self._artifact(task.id, completion, stored, now)
+        artifact = self._artifact(
+            task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
+        )
+        patch = self._artifact(task.id, PATCH_ARTIFACT, [], stored.patch, now)
         result = Result(
             id=new_id(now),
             task_id=task.id,
@@ -367,9 +379,12 @@ class AttemptService:
             lease_id=lease.id,
             error_code=completion.error_code,
             **usage.columns(),
+            workspace=_workspace_result(completion, patch),
         )
         if artifact is not None:
             await tx.artifacts.insert(artifact)
+        if patch is not None:
+            await tx.artifacts.insert(patch)
         await tx.results.insert(result)
         passed = await budgets.charge(
             tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
@@ -417,8 +432,10 @@ class AttemptService:
         if exhausted:
             self.releases.changed()  # its release timer learns of the new hold
 
-    async def _stored(self, completion: Completion) -> StoredContent | None:
-        return await self._store(completion.output) if completion.output is not None else None
+    async def _stored(self, completion: Completion) -> _Contents:
+        output = await self._store(completion.output) if completion.output is not None else None
+        patch = await self._store(completion.patch) if completion.patch else None
+        return _Contents(output, patch)
 
     async def _store(self, output: str) -> StoredContent:
         """The output in the artifact store before anything is committed: a task is never
@@ -473,7 +490,7 @@ class AttemptService:
 
     @staticmethod
     def _artifact(
-        task_id: str, completion: Completion, stored: StoredContent | None, now: int
+        task_id: str, kind: str, tags: list[str], stored: StoredContent | None, now: int
     ) -> Artifact | None:
         if stored is None:
             return None
@@ -481,12 +498,12 @@ class AttemptService:
             id=new_id(now),
             task_id=task_id,
             job_id=None,
-            type=completion.artifact_type,
+            type=kind,
             created_at=now,
             finalized=True,
             url=stored.url,
             entity_refs=[],
-            tags=completion.artifact_tags,
+            tags=tags,
             content=stored.content,
             sha256=stored.sha256,
             size_bytes=stored.size_bytes,
@@ -525,3 +542,10 @@ class AttemptService:
         await tx.audit.add(
             task_audit(action, task.id, now=now, actor=lease.worker_id, detail=detail)
         )
+
+
+def _workspace_result(completion: Completion, patch: Artifact | None) -> dict[str, Any] | None:
+    """The attempt's `workspace` as the result keeps it: with its patch artifact's id."""
+    if completion.workspace is None:
+        return None
+    return completion.workspace | {"patch_artifact_id": patch.id if patch else None}

@@ -16,6 +16,7 @@ from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal
+from bloom.runtime.services.workspaces import WorkspaceRequest, resolve
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
@@ -63,6 +64,7 @@ class NewTask:
     max_attempts: int = 3
     priority: int = 0
     idempotency_key: str | None = None
+    workspace: WorkspaceRequest | None = None
 
     def fingerprint(self) -> str:
         """Identifies the request's content, so a reused idempotency key can be told apart."""
@@ -128,6 +130,7 @@ class TaskService:
             priority=new.priority,
             idempotency_key=new.idempotency_key,
             queued_at=now,
+            workspace=await resolve(tx, new.workspace, new.context_id) if new.workspace else None,
         )
         if not await tx.tasks.insert(task, fingerprint):
             # a concurrent create with the same key got there first

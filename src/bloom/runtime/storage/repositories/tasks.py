@@ -12,6 +12,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -31,6 +32,7 @@ from bloom.db.repository import (
 from bloom.domain.models import Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
+from bloom.domain.workspace import key_of
 from bloom.runtime.storage.repositories.keepers import context_owner, may_keep, ready_now
 from bloom.runtime.storage.tables import leases, llm_tasks, workers
 
@@ -181,9 +183,11 @@ def _claim_candidates() -> tuple[Any, Any]:
     while it holds fewer active leases than `b_capacity`; and the count of those it holds.
 
     Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
-    future) has its tasks passed over. A task whose context was last held by another worker is
-    left to that worker (its Claude conversation lives there) while it may keep it (`keepers`:
-    online, live, ready, a slot free), for at most the sticky wait; after that, anyone may.
+    future) has its tasks passed over. A task with a workspace goes only to a worker that says
+    it serves them (its capability `workspaces`). A task whose context was last held by another
+    worker is left to that worker (its Claude conversation lives there) while it may keep it
+    (`keepers`: online, live, ready, a slot free), for at most the sticky wait; after that,
+    anyone may.
     """
     owner = workers.alias("owner")
     owner_takes_it = exists().where(
@@ -195,12 +199,17 @@ def _claim_candidates() -> tuple[Any, Any]:
         .where(leases.c.worker_id == bindparam("b_worker"), is_state(leases.c.status, "active"))
         .scalar_subquery()
     )
+    me = workers.alias("me")
+    serves_workspaces = exists().where(
+        me.c.id == bindparam("b_worker"), me.c.capabilities["workspaces"].as_boolean().is_(true())
+    )
     candidates = (
         select(t.c.id)
         .where(
             my_load < bindparam("b_capacity"),
             *ready_now(),
             or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
+            or_(t.c.workspace_key.is_(None), serves_workspaces),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .with_for_update(skip_locked=True)
@@ -267,7 +276,10 @@ class TaskRepository(Repository):
 
     async def insert(self, task: Task, request_hash: str | None = None) -> bool:
         """Insert `task`; False when its idempotency key is already taken."""
-        values = entity_values(task, TASK_COLUMNS) | {"request_hash": request_hash}
+        values = entity_values(task, TASK_COLUMNS) | {
+            "request_hash": request_hash,
+            "workspace_key": key_of(task.workspace),
+        }
         if task.idempotency_key is None:
             await self.run(_INSERT, values)
             return True
