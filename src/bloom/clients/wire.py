@@ -6,7 +6,7 @@ Fields the seed's runtime does not send (a task's `priority`, a heartbeat's `can
 `--json` prints keep the reply as it came (`raw`), so users see every field the runtime sent.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -220,6 +220,18 @@ class HeartbeatReply:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimNext:
+    """A complete's `claim_next`: how long to wait for the next task, the lease to ask for."""
+
+    wait_sec: float = 0.0
+    ttl_sec: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"wait_seconds": float(self.wait_sec)}
+        return body | ({"ttl_seconds": self.ttl_sec} if self.ttl_sec is not None else {})
+
+
+@dataclass(frozen=True, slots=True)
 class CompleteRequest:
     """A complete's body: the attempt's result envelope, fenced by its lease."""
 
@@ -234,6 +246,10 @@ class CompleteRequest:
     session_id: str | None = None
     workspace: WorkspaceResult | None = None
     patch: str | None = None
+    events: Sequence[Mapping[str, Any]] = ()
+    """The attempt's last live output (`{type, data}`), stored with the complete."""
+    claim_next: ClaimNext | None = None
+    """Once the complete is recorded, claim this worker's next task in the same call."""
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -252,6 +268,10 @@ class CompleteRequest:
             body["workspace"] = self.workspace.to_json()
         if self.patch:
             body["patch"] = self.patch
+        if self.events:
+            body["events"] = list(self.events)
+        if self.claim_next is not None:
+            body["claim_next"] = self.claim_next.to_json()
         return body | {"lease_id": self.lease_id, "worker_id": self.worker_id}
 
 
@@ -311,6 +331,10 @@ class CompleteReply:
     task: TaskInfo
     result: ResultInfo
     artifact: ArtifactInfo | None
+    next: Grant | None = None
+    """The worker's next task, when the complete asked for `claim_next` and one was granted."""
+    next_error: str | None = None
+    """Why that claim was refused (the complete stands)."""
 
     @classmethod
     def from_json(cls, data: Raw, where: str = "") -> Self:
@@ -319,6 +343,8 @@ class CompleteReply:
             task=fields.nested("task", TaskInfo.from_json),
             result=fields.nested("result", ResultInfo.from_json),
             artifact=fields.optional_nested("artifact", ArtifactInfo.from_json),
+            next=fields.optional_nested("next", Grant.from_json),
+            next_error=fields.optional_text("next_error"),
         )
 
 

@@ -225,6 +225,7 @@ def build_container(
     agents = AgentOps(db, clock, agent_http, agent_key)
     membridge = MembridgeService(db, client, config, clock)
     records = RecordService(db, stores)
+    events = EventService(db, event_signal, signal, clock, bounds=event_bounds(settings))
     container = Container(
         settings=settings,
         db=db,
@@ -232,7 +233,7 @@ def build_container(
         tasks=TaskService(db, signal, clock, lease_settings),
         leases=leases,
         attempts=AttemptService(
-            db, signal, clock, stores[settings.artifact_store], retry, releases
+            db, signal, clock, stores[settings.artifact_store], retry, releases, events
         ),
         workers=WorkerService(db, signal, clock),
         config=config,
@@ -241,7 +242,7 @@ def build_container(
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
-        events=EventService(db, event_signal, signal, clock, bounds=event_bounds(settings)),
+        events=events,
         credentials=credentials,
         install_scripts=InstallScripts(
             db,

@@ -16,7 +16,7 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
-from bloom.clients.wire import Grant
+from bloom.clients.wire import Grant, TaskInfo
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
@@ -26,7 +26,7 @@ from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
-from bloom.worker.task_run import Pause, TaskRun
+from bloom.worker.task_run import Features, Pause, TaskRun
 
 log = structlog.get_logger("bloom.worker")
 
@@ -63,6 +63,7 @@ class Worker:
         # the file keeps its first name, so an upgraded worker still resumes its conversations
         self.conversations = ConversationBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
+        self.features = Features()
         self.stopping = asyncio.Event()
         self.refused = False
         """The runtime refused this worker's key."""
@@ -70,7 +71,7 @@ class Worker:
         """Once stopped, start again (its agent's /restart or /self-update asked)."""
         self.running: set[str] = set()
         """Ids of the tasks running here (claimed or pushed)."""
-        self.pushed: set[asyncio.Task[None]] = set()
+        self.pushed: set[asyncio.Task[Grant | None]] = set()
         """Runs of tasks the runtime dispatched to this worker's agent surface."""
         self.pushed_leases: set[str] = set()
         """The leases of those runs."""
@@ -347,11 +348,24 @@ class Worker:
                 continue
             failures = 0
             metrics.claim_answered("empty" if grant is None else "granted")
-            if grant is not None:
-                await self._run(grant)
+            while grant is not None:  # the complete of each may have claimed the next
+                grant = await self._run(grant, follow=True)
 
-    async def _run(self, grant: Grant) -> None:
-        """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
+    def _takes_next(self, task: TaskInfo) -> bool:
+        """Whether a slot ending `task` has room for its next one at once (the complete claims
+        it): not when stopping, paused, waiting for credentials, or about to push the task's
+        memory (the next lease would wait unconfirmed meanwhile)."""
+        return not (
+            self.stopping.is_set()
+            or self.pause.remaining_sec() > 0
+            or self.refused_credentials is not None
+            or (self.memory_auto is not None and self.memory_auto.covers(task.agent_slug))
+        )
+
+    async def _run(self, grant: Grant, *, follow: bool = False) -> Grant | None:
+        """Run one task; a drain that runs out of time cancels it and waits for its cleanup.
+        With `follow` (a claiming slot's), its complete may claim the slot's next task, which is
+        returned."""
         run = TaskRun(
             self.settings,
             self.client,
@@ -360,11 +374,13 @@ class Worker:
             grant,
             self.environ,
             self.credentials_refused,
+            claim_next=self._takes_next if follow else None,
+            features=self.features,
         )
         task = asyncio.create_task(run.run())
         self.running.add(grant.task.id)
         try:
-            await asyncio.shield(task)
+            following = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -373,6 +389,7 @@ class Worker:
             self.running.discard(grant.task.id)
         if self.memory_auto is not None:  # the task's Claude session may have added memories
             await self.memory_auto.sync(Action.PUSH, grant.task.agent_slug)
+        return following
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is stopped."""

@@ -298,12 +298,38 @@ class AttemptEndBody(Body):
         )
 
 
+class EventBody(Body):
+    type: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_TYPE_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="The event's kind (no control characters: it becomes the SSE event name).",
+    )
+    data: Any = Field(None, description=f"Any JSON, at most {MAX_DATA_BYTES} bytes serialised.")
+
+    @field_validator("data")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        try:
+            serialise_data(value)
+        except EventDataError as exc:
+            raise PydanticCustomError("event_data", "{problem}", {"problem": exc.message}) from None
+        return value
+
+
 class CompleteBody(AttemptEndBody):
     worker_id: Id | None = None
     claim_next: ClaimBody | None = Field(
         None,
         description="Once recorded, claim the worker's next task as `POST /workers/{id}/claim` "
         "would, and answer it as `next` (null: none came within `wait_seconds`).",
+    )
+    events: list[EventBody] | None = Field(
+        None,
+        max_length=MAX_EVENTS,
+        description="The attempt's last live output, stored in the complete's transaction after "
+        "the task's earlier events, as `POST /llm-tasks/{id}/events` stores them (not again on "
+        "a repeat).",
     )
 
 
@@ -354,25 +380,6 @@ class RegisterWorkerBody(Body):
     agent_version: StrictStr | None = Field(None, max_length=128)
     os_info: StrictStr | None = Field(None, max_length=512)
     install_method: StrictStr | None = Field(None, max_length=64)
-
-
-class EventBody(Body):
-    type: StrictStr = Field(
-        min_length=1,
-        max_length=MAX_TYPE_CHARS,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="The event's kind (no control characters: it becomes the SSE event name).",
-    )
-    data: Any = Field(None, description=f"Any JSON, at most {MAX_DATA_BYTES} bytes serialised.")
-
-    @field_validator("data")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        try:
-            serialise_data(value)
-        except EventDataError as exc:
-            raise PydanticCustomError("event_data", "{problem}", {"problem": exc.message}) from None
-        return value
 
 
 class AppendEventsBody(Body):

@@ -5,6 +5,7 @@ as seed clients do), and a lease that expired, was released or was replaced is r
 conflict and changes nothing.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ from bloom.domain.usage import Usage
 from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
+from bloom.runtime.services.events import EventService, NewEvent, Row, prepared
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
 from bloom.runtime.services.leasing import Looked, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
@@ -54,6 +56,8 @@ class Ending:
     task_id: str
     completion: Completion
     lease_id: str | None = None
+    events: Sequence[Row] = ()
+    """The attempt's last events (`events.prepared`), stored with its end; none on a replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,7 @@ class _Recorded:
     lease: Lease
     usage: Usage
     passed: list[Crossing]
+    events_stored: bool = False
 
 
 async def _look(
@@ -137,6 +142,7 @@ class AttemptService:
         store: ArtifactStore,
         retry: RetryPolicy,
         releases: HoldReleases,
+        events: EventService,
     ):
         self.db = db
         self.signal = signal
@@ -144,6 +150,8 @@ class AttemptService:
         self.store = store
         self.retry = retry
         self.releases = releases
+        self.events = events
+        """Where a complete's last events go, in its transaction, as the events endpoint's."""
 
     async def heartbeat(
         self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
@@ -189,14 +197,20 @@ class AttemptService:
         lease_id: str | None = None,
         worker_id: str | None = None,
         claim_next: NextLook | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> Completed:
         """Record an attempt's end: result, artifact, task status, lease release and audit in one
         transaction. Repeating it for the same lease returns the first outcome unchanged.
 
+        `events`, the attempt's last live output, are stored in that transaction after the
+        task's earlier ones (bounded and counted as the events endpoint stores them; fenced by
+        the complete's own fence), so that a worker need not post them first; a replay stores
+        none again.
+
         `claim_next` looks for the lease's worker's next task in the same transaction, once the
         complete is written (one commit where there were two); a refusal it raises is told in
         `next_refused`, and the complete stands."""
-        ending = Ending(task_id, completion, lease_id)
+        ending = Ending(task_id, completion, lease_id, prepared(events))
         stored = await self._stored(completion)
         now = self.clock()
         async with self.db.write() as tx:
@@ -341,6 +355,13 @@ class AttemptService:
             )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
+        # The task's row is locked now (its transition; SQLite: the only writer), as an events
+        # post locks it first: its events' tally holds until this commits.
+        written = (
+            await self.events.write(tx, task.id, lease, ending.events, now)
+            if ending.events
+            else None
+        )
         artifact = self._artifact(
             task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
         )
@@ -383,7 +404,11 @@ class AttemptService:
                 )
             )
         return _Recorded(
-            Completed(finished, artifact, result, replayed=False), lease, usage, passed
+            Completed(finished, artifact, result, replayed=False),
+            lease,
+            usage,
+            passed,
+            events_stored=written is not None and written.stored > 0,
         )
 
     def _announce(self, recorded: list[_Recorded], now: int) -> None:
@@ -398,6 +423,8 @@ class AttemptService:
         exhausted = False
         for entry in fresh:
             task = entry.completed.task
+            if entry.events_stored:
+                self.events.announce(task.id)
             metrics.attempt_ended(task.status, entry.lease, now)
             metrics.usage_recorded(task.agent_slug, entry.usage)
             budgets.announce(task.agent_slug, entry.passed)
