@@ -18,11 +18,8 @@ AUTHOR = Author("Node", "node@example.com")
 
 @pytest.fixture
 def origin(tmp_path: Path) -> Iterator[GitServer]:
-    server = GitServer(tmp_path / "served").start()
-    try:
+    with GitServer(tmp_path / "served") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ every event of its run, or runs again; never completed with events missing, neve
 """
 
 import contextlib
-import os
 import re
 import signal
 import sqlite3
@@ -24,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from bloom.db.database import resolve_database
 from bloom.runtime.storage.tables import task_events
+from tests.process.test_worker_e2e import working_in
 from tests.support.db import DatabaseProbe
 from tests.support.stack import Stack, wait_for
 
@@ -45,17 +45,6 @@ def claims_answered(stack: Stack) -> dict[str, float]:
 def events_of(probe: DatabaseProbe, task_id: str) -> list[dict[str, Any]]:
     where = task_events.c.task_id == task_id
     return probe.rows(select(task_events).where(where).order_by(task_events.c.seq))
-
-
-def working_in(directory: Path) -> set[int]:
-    """The processes whose working directory is `directory` (from /proc: Linux)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if Path(os.readlink(entry / "cwd")) == directory.resolve():
-                    found.add(int(entry.name))
-    return found
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -28,11 +28,8 @@ WORKSPACE_WORKER = {"BLOOM_WORKER_ALLOW_CLONE": "true"}
 
 @pytest.fixture
 def origin(tmp_path: Path) -> Iterator[GitServer]:
-    server = GitServer(tmp_path / "served").start()
-    try:
+    with GitServer(tmp_path / "served") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

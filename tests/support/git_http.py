@@ -97,6 +97,12 @@ class GitServer:
         self.server.shutdown()
         self.server.server_close()
 
+    def __enter__(self) -> "GitServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def create(self, name: str, files: dict[str, str], work: Path) -> str:
         """A repository `name` whose `main` holds `files` in one commit; its URL."""
         bare = self.root / f"{name}.git"
