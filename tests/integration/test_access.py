@@ -368,6 +368,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         ("POST", f"{API}/llm-tasks/{{task_id}}/complete"),
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"),
         ("GET", f"{API}/llm-tasks/{{task_id}}/events"),
+        ("GET", f"{API}/llm-tasks/{{task_id}}/workspace"),  # its own task's branch
     }
     for (method, path), access in RULES.items():
         if method != "GET" and access is not Access.ADMIN and Role.WORKER not in access.value:

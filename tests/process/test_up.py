@@ -94,8 +94,12 @@ def test_plan_with_the_demo_model(tmp_path):
     children = plan(options(tmp_path, demo_model=True), user_env, "the-key")
     assert [child.name for child in children] == ["model", "membridge", "runtime", "worker"]
     model, worker = children[0], children[-1]
-    assert model.argv[3:] == ["echo-model", "serve", "--host", "127.0.0.1", "--port", "8101"]
+    assert model.argv[3:] == [
+        "echo-model", "serve", "--host", "127.0.0.1", "--port", "8101",
+        "--git-root", str(tmp_path / "demo-git"),
+    ]  # fmt: skip
     assert "MEMBRIDGE_ADMIN_KEY" not in model.env
+    assert worker.env["BLOOM_WORKER_ALLOW_CLONE"] == "true"  # the demo repository's tasks
     assert worker.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8101"
     assert worker.env["ANTHROPIC_API_KEY"] == DEMO_API_KEY
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in worker.env
@@ -262,6 +266,40 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     assert done.returncode == 0, done.stderr + up.text()
     assert done.stdout == "echo: hello\n"
     assert "echo: hello" in done.stderr  # the live output, as it came
+
+    # the demo repository, served by the echo model, is a managed project a task can change
+    changed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bloom.cli.main",
+            "task",
+            "submit",
+            "--repo",
+            "demo",
+            "add a hello.txt saying hi",
+            "--wait",
+        ],
+        env={k: v for k, v in os.environ.items() if not k.startswith(("BLOOM_", "RUNTIME_"))}
+        | {"BLOOM_RUNTIME_URL": up.url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert changed.returncode == 0, changed.stderr + up.text()
+    assert "+++ b/hello.txt" in changed.stdout
+    assert "+hi" in changed.stdout
+    served = up.data_dir / "demo-git" / "demo.git"  # pushed to the demo's remote
+    [branch] = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname)", "refs/heads/bloom"],
+        cwd=served, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    shown = subprocess.run(
+        ["git", "show", f"{branch}:hello.txt"], cwd=served, capture_output=True, text=True,
+        check=True,
+    )  # fmt: skip
+    assert shown.stdout == "hi\n"
 
     key_file = up.data_dir / ADMIN_KEY_FILE
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600

@@ -51,3 +51,18 @@ def grant(
     lease = lease_json(task_id, lease_id, worker_id)
     fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1} | task_fields
     return Grant.from_json({"lease": lease, "task": task_json("leased", id=task_id, **fields)})
+
+
+def grant_json(
+    task_id: str = "t1", lease_id: str = "l1", worker_id: str = "w1", **task_fields: Any
+) -> dict[str, Any]:
+    """A claim's answer as the runtime sends it: {lease, task}."""
+    lease = lease_json(task_id, lease_id, worker_id)
+    fields = {"lease_id": lease_id, "worker_id": worker_id, "attempts": 1} | task_fields
+    return {"lease": lease, "task": task_json("leased", id=task_id, **fields)}
+
+
+def complete_reply(task_id: str = "t1", **extra: Any) -> dict[str, Any]:
+    """A complete's answer as the runtime sends it (`extra`: `next`, `next_error`)."""
+    result = {"id": "r1", "task_id": task_id, "status": "success", "artifact_id": None}
+    return {"task": task_json("completed", id=task_id), "artifact": None, "result": result} | extra

@@ -1,8 +1,10 @@
 """The worker's pure parts: outcome classification, prompt and hints, argv and environment,
 the session book, and the echo model's scripting."""
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,7 +16,7 @@ from bloom.worker.agent import Worker
 from bloom.worker.claude import Invocation, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
-from bloom.worker.echo_model import Script, next_tool_call
+from bloom.worker.echo_model import Script, next_tool_call, tool_results
 from bloom.worker.outcome import (
     Outcome,
     RunReport,
@@ -29,12 +31,13 @@ from bloom.worker.task_run import (
     MAX_BATCH,
     MAX_BATCH_BYTES,
     EventOutbox,
+    Features,
     Pause,
     TaskRun,
     _batch,
     _bounded,
 )
-from tests.support.wire import grant, lease_json
+from tests.support.wire import complete_reply, grant, grant_json, lease_json
 
 
 def result(text: str | None, *, is_error: bool = False, **extra: object) -> dict[str, object]:
@@ -313,33 +316,163 @@ async def test_a_complete_is_retried_until_the_runtime_takes_it(tmp_path: Path) 
     assert seen[-1]["output"] == "echo: hi"
 
 
-async def test_a_task_asks_the_runtime_a_heartbeat_one_events_post_and_the_complete(
+async def test_a_task_asks_the_runtime_a_heartbeat_and_the_complete_with_its_events(
     tmp_path: Path,
 ) -> None:
-    """The round trips a quick task makes, each on its way from the claim to the complete: the
-    heartbeat before the CLI starts, its output and the `finished` event in one post, then the
-    complete (after the run, every event is posted before the complete, with `finished` last)."""
+    """The round trips a quick task makes: the heartbeat that confirms the lease, sent as the
+    CLI starts (the CLI has started before it is answered, and gets its prompt after), then the
+    complete carrying the run's events, `finished` last: no events post on the way."""
     cli = tmp_path / "claude"
-    cli.write_text(f"#!/bin/sh\ncat > /dev/null\necho '{json.dumps(result('hi'))}'\n")
+    began = tmp_path / "began"
+    cli.write_text(
+        f"#!/bin/sh\ntouch {began}\ncat > /dev/null\necho '{json.dumps(result('hi'))}'\n"
+    )
     cli.chmod(0o755)
     asked: list[str] = []
-    posted: list[list[str]] = []
+    completes: list[dict[str, Any]] = []
+    started_first: list[bool] = []
 
-    def runtime(request: httpx.Request) -> httpx.Response:
+    async def runtime(request: httpx.Request) -> httpx.Response:
         asked.append(request.url.path.rsplit("/", 1)[-1])
         if asked[-1] == "heartbeat":
+            await wait_until(began.exists)
+            started_first.append(began.exists())
             return httpx.Response(200, json={"lease": lease_json(), "expires_at": 301_000})
-        if asked[-1] == "events":
-            posted.append([event["type"] for event in json.loads(request.content)["events"]])
-            return httpx.Response(200, json={"task_id": "t1", "last_seq": 3, "accepted": 3})
+        if asked[-1] == "complete":
+            completes.append(json.loads(request.content))
         return httpx.Response(200, json={})
 
     settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin=str(cli))
     book = ConversationBook(tmp_path / "s.json")
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
         await TaskRun(settings, client, book, Pause(), grant()).run()
-    assert asked == ["heartbeat", "events", "complete"]
-    assert posted == [["started", "claude", "finished"]]
+    assert asked == ["heartbeat", "complete"]
+    assert started_first == [True]
+    (body,) = completes
+    assert [event["type"] for event in body["events"]] == ["started", "claude", "finished"]
+    assert body["events"][-1]["data"]["status"] == "success"
+    assert "claim_next" not in body  # a run with no slot to fill (pushed) asks for none
+
+
+async def wait_until(check: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("answer", [409, "cancel"])
+async def test_the_prompt_waits_for_the_first_heartbeat_and_never_goes_to_a_refused_lease(
+    tmp_path: Path, answer: int | str
+) -> None:
+    """The CLI starts while the first heartbeat is out; a refused lease (409) kills it before
+    it reads its prompt, and nothing is reported; a cancelled task is reported cancelled."""
+    cli = tmp_path / "claude"
+    began, prompt = tmp_path / "began", tmp_path / "prompt"
+    cli.write_text(f"#!/bin/sh\ntouch {began}\ncat > {prompt}\necho '{json.dumps(result('x'))}'\n")
+    cli.chmod(0o755)
+    asked: list[str] = []
+    completes: list[dict[str, Any]] = []
+
+    async def runtime(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path.rsplit("/", 1)[-1])
+        if asked[-1] == "heartbeat":
+            await wait_until(began.exists)
+            if answer == 409:
+                return httpx.Response(409, json={"error": "Lease l1 is no longer active"})
+            beat = {"lease": lease_json(), "expires_at": 301_000, "cancel_requested": True}
+            return httpx.Response(200, json=beat)
+        completes.append(json.loads(request.content))
+        return httpx.Response(200, json={})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin=str(cli))
+    book = ConversationBook(tmp_path / "s.json")
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        await TaskRun(settings, client, book, Pause(), grant()).run()
+    assert began.exists()
+    assert prompt.read_text() == ""  # started, never fed
+    if answer == 409:
+        assert asked == ["heartbeat"]
+    else:
+        assert asked == ["heartbeat", "complete"]
+        assert completes[0]["error_code"] == "cancelled"
+        assert completes[0]["error_message"] == "Cancelled before it started"
+
+
+async def test_a_free_slot_takes_the_next_task_from_the_complete(tmp_path: Path) -> None:
+    """With a free slot the complete asks for the next task (no wait) and hands it back; a
+    runtime that refuses the new fields (an older one) gets the events posted first and a plain
+    complete, and no more extras after that."""
+    bodies: list[dict[str, Any]] = []
+    posted: list[list[str]] = []
+    unknown = {"error": {"formErrors": [], "fieldErrors": {"events": ["Unrecognized key"]}}}
+    answers = [
+        httpx.Response(200, json=complete_reply(next=grant_json("t2", "l2"))),
+        httpx.Response(400, json=unknown),
+        httpx.Response(200, json=complete_reply()),
+        httpx.Response(200, json=complete_reply()),
+    ]
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            posted.append([event["type"] for event in json.loads(request.content)["events"]])
+            return httpx.Response(200, json={"task_id": "t1", "last_seq": 2, "accepted": 2})
+        bodies.append(json.loads(request.content))
+        return answers.pop(0)
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, lease_ttl_sec=90)
+    done = Outcome(True, output="x", metrics={"duration_ms": 5})
+    features = Features()
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+
+        def run() -> TaskRun:
+            book = ConversationBook(tmp_path / "s.json")
+            grant_, takes_next = grant(), lambda task: True
+            return TaskRun(
+                settings, client, book, Pause(), grant_, claim_next=takes_next, features=features
+            )
+
+        following = await run()._report(done)
+        assert following is not None
+        assert (following.task.id, following.lease.id) == ("t2", "l2")
+        assert bodies[0]["claim_next"] == {"wait_seconds": 0.0, "ttl_seconds": 90}
+        assert [event["type"] for event in bodies[0]["events"]] == ["finished"]
+
+        assert await run()._report(done) is None  # refused, then sent plainly
+        assert posted == [["finished"]]
+        assert "events" not in bodies[2]
+        assert "claim_next" not in bodies[2]
+        assert not features.complete_extras
+        await run()._report(done)
+        assert posted == [["finished"], ["finished"]]
+        assert "events" not in bodies[3]
+
+
+async def test_events_that_would_not_fit_beside_a_large_output_are_posted_first(
+    tmp_path: Path,
+) -> None:
+    posted: list[int] = []
+    bodies: list[dict[str, Any]] = []
+
+    def runtime(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if request.url.path.endswith("/events"):
+            posted.append(len(body["events"]))
+            return httpx.Response(200, json={"task_id": "t1", "last_seq": 1, "accepted": 1})
+        bodies.append(body)
+        return httpx.Response(200, json=complete_reply())
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path)
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        run = TaskRun(settings, client, ConversationBook(tmp_path / "s.json"), Pause(), grant())
+        for n in range(40):
+            await run.outbox.add("assistant", {"text": "z" * 50_000, "n": n})
+        output = "o" * (3 * 1024 * 1024 + 512 * 1024)  # leaves half a MiB for events
+        await run._report(Outcome(True, output=output, metrics={"duration_ms": 5}))
+    (body,) = bodies
+    assert sum(posted) + len(body["events"]) == 41  # the 40, and `finished`, each once
+    assert posted
+    assert len(json.dumps(body["events"])) <= 512 * 1024
+    assert len(json.dumps(body)) < 5 * 1024 * 1024
 
 
 async def test_live_output_waits_out_a_restarting_runtime_behind_its_proxy() -> None:
@@ -447,3 +580,52 @@ def test_the_echo_model_scripts_tool_calls_one_per_turn() -> None:
     assert second.id != first.id
     assert next_tool_call(prompt, ["r1", "r2"]) is None
     assert next_tool_call("no tools here", []) is None
+
+
+def test_the_echo_model_follows_the_newest_prompt_of_a_resumed_conversation() -> None:
+    """Results of an earlier prompt's calls do not count against the newest prompt's script,
+    wherever the CLI puts them (it merges a resumed session's turns)."""
+    earlier = 'one [[tool Bash {"command": "true"}]]'
+    newest = 'two [[tool Edit {"file_path": "a"}]] [[tool Bash {"command": "ls"}]]'
+    old_call = next_tool_call(earlier, [])
+    assert old_call is not None
+    body: dict[str, Any] = {
+        "messages": [
+            {"role": "user", "content": earlier},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": old_call.id}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": old_call.id, "content": "done"},
+                    {"type": "text", "text": newest},
+                ],
+            },
+        ]
+    }
+    assert tool_results(body, newest) == []
+    assert tool_results(body, earlier) == ["done"]
+    call = next_tool_call(newest, [])
+    assert call is not None
+    assert call.name == "Edit"
+    assert call.id != old_call.id
+    body["messages"][1]["content"].append({"type": "tool_use", "id": call.id})
+    body["messages"][2]["content"].insert(
+        1, {"type": "tool_result", "tool_use_id": call.id, "content": "edited"}
+    )
+    assert tool_results(body, newest) == ["edited"]
+    second = next_tool_call(newest, tool_results(body, newest))
+    assert second is not None
+    assert second.name == "Bash"
+
+
+def test_the_echo_model_scripts_the_demo_sentence_as_one_shell_call() -> None:
+    """`add a FILE saying TEXT` writes TEXT to FILE in the run's directory, quoted for the
+    shell; anything else, or a path, scripts nothing."""
+    call = next_tool_call("add a hello.txt saying hi", [])
+    assert call is not None
+    assert (call.name, call.input) == ("Bash", {"command": "printf '%s\\n' hi > hello.txt"})
+    quoted = next_tool_call("Add notes.md saying it's $HOME; rm -rf /", [])
+    assert quoted is not None
+    assert quoted.input["command"] == ("printf '%s\\n' 'it'\"'\"'s $HOME; rm -rf /' > notes.md")
+    assert next_tool_call("add a ../x saying hi", []) is None
+    assert next_tool_call("add a hello.txt saying hi", ["done"]) is None

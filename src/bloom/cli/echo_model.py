@@ -1,6 +1,7 @@
 """`bloom echo-model serve`: the loopback stand-in for the Anthropic API
 (see bloom.worker.echo_model)."""
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,6 +19,13 @@ ROUTINE_REQUESTS = {
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8100,
+    git_root: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also serve the git repositories in this directory at /git/<name>.git (smart "
+            "HTTP, pushes accepted), a demo repository made there first: bloom up's demo."
+        ),
+    ] = None,
 ) -> None:
     """Serve the echo model; point Claude at it with ANTHROPIC_BASE_URL=http://HOST:PORT."""
     import uvicorn
@@ -32,7 +40,12 @@ def serve(
     except SettingsError as exc:
         fail(str(exc), 2)
     configure_logging(settings.log_level, settings.log_format)
-    served = RequestLogMiddleware(create_app(), server="model", routine=ROUTINE_REQUESTS)
+    if git_root is not None:
+        from bloom.worker import echo_git
+
+        echo_git.seed(git_root)
+    app_ = create_app(git_root=git_root)
+    served = RequestLogMiddleware(app_, server="model", routine=ROUTINE_REQUESTS)
     uvicorn.run(
         served, host=host, port=port, log_config=None, access_log=False, timeout_graceful_shutdown=3
     )

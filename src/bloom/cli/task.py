@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bloom.cli import task_change
 from bloom.cli.output import fail, print_json
 from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out
-from bloom.clients.wire import ArtifactInfo, TaskInfo
+from bloom.clients.wire import ArtifactInfo, TaskInfo, answers
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.stall import (
     DEFAULT_STALL_SEC,
@@ -53,6 +54,7 @@ def task_body(
     max_attempts: int | None = None,
     stall_sec: int | None = None,
     on_stall: str | None = None,
+    workspace: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -80,7 +82,21 @@ def task_body(
         body["idempotency_key"] = idempotency_key
     if max_attempts is not None:
         body["max_attempts"] = max_attempts
+    if workspace:
+        body["workspace"] = workspace
     return body
+
+
+def workspace_body(
+    repo: str | None, ref: str | None, branch: str | None, push: bool | None
+) -> dict[str, Any] | None:
+    """`--repo`'s workspace (the options that need it refused without it)."""
+    if repo is None:
+        if ref or branch or push is not None:
+            fail("--ref, --branch and --push/--no-push need --repo", 2)
+        return None
+    given = {"ref": ref, "branch": branch, "push": push}
+    return {"repo": repo} | {name: value for name, value in given.items() if value is not None}
 
 
 @app.command()
@@ -135,6 +151,24 @@ def submit(
             help="When it stalls: flag it (shown, audited) or retry (stop it, run it again) (flag)."
         ),
     ] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            help="A managed project the task changes: it runs in a worktree of the project's "
+            "branch, and its change comes back as a commit and a patch (docs/workspaces.md)."
+        ),
+    ] = None,
+    ref: Annotated[
+        str | None, typer.Option(help="With --repo: the branch, tag or commit to start from.")
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option(help="With --repo: the branch to write (bloom/<context>)."),
+    ] = None,
+    push: Annotated[
+        bool | None,
+        typer.Option("--push/--no-push", help="With --repo: push the branch after each run."),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -167,6 +201,7 @@ def submit(
         max_attempts=max_attempts,
         stall_sec=stall_sec,
         on_stall=on_stall.value if on_stall is not None else None,
+        workspace=workspace_body(repo, ref, branch, push),
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))
@@ -191,6 +226,12 @@ def submit(
     except KeyboardInterrupt:
         _interrupted(created[0].id if created else None)
     _finish(final, content, json_output)
+    if repo is not None and not json_output:
+        patch = task_change.patch_of(url, final.id, required=False)
+        if patch is None:
+            err().print("[dim](no change to the repository)[/]")
+        else:
+            task_change.print_patch(patch)
 
 
 def _interrupted(task_id: str | None) -> None:
@@ -260,7 +301,8 @@ def show(
     async def fetch(client: "RuntimeClient") -> tuple[TaskInfo, list[ArtifactInfo], str | None]:
         task = await client.get_task(task_id)
         artifacts = await client.artifacts(task_id)
-        content = await client.artifact_content(artifacts[0].id) if artifacts else None
+        found = answers(artifacts)
+        content = await client.artifact_content(found[0].id) if found else None
         return task, artifacts, content
 
     task, artifacts, content = call(url, fetch)
@@ -320,3 +362,7 @@ def requeue(
     """Put a failed or dead task back in the queue, with a fresh attempt budget."""
     task = call(url, lambda client: client.requeue_task(task_id))
     typer.echo(f"task {task_id} {task.status} again")
+
+
+app.command("diff")(task_change.diff)
+app.command("apply")(task_change.apply)

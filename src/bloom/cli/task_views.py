@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bloom.cli.remote import ago, styled_status, when
-from bloom.clients.wire import ArtifactInfo, HoldInfo, Policy, StallInfo, TaskInfo
+from bloom.clients.wire import ArtifactInfo, HoldInfo, Policy, StallInfo, TaskInfo, answers
 from bloom.domain.stall import silence
 from bloom.domain.states import TERMINAL
 
@@ -67,8 +67,15 @@ def print_task(
         ("created", f"{when(task.created_at)} ({ago(task.created_at)})"),
         ("updated", f"{when(task.updated_at)} ({ago(task.updated_at)})"),
     ]
+    if task.workspace is not None:
+        spec = task.workspace
+        rows.append(("workspace", escape(f"{spec.repo} · {spec.branch}")))
     if task.hold is not None:
         rows.append(("waits", _hold_text(task.hold)))
+    waiting = task.raw.get("waiting_for")
+    if isinstance(waiting, dict):
+        writer, branch = waiting.get("task_id"), waiting.get("branch")
+        rows.append(("waits", escape(f"task {writer} is writing branch {branch}")))
     if task.stall is not None:
         rows.append(("stalled", _stall_text(task.stall)))
     if task.not_before:
@@ -86,7 +93,7 @@ def print_task(
         console.print("\n[bold]last error[/]")
         console.print(f"[red]{escape(task.last_error)}[/]")
     if content is not None:
-        console.print(f"\n[bold]answer[/] [dim](artifact {artifacts[0].id})[/]")
+        console.print(f"\n[bold]answer[/] [dim](artifact {answers(artifacts)[0].id})[/]")
         console.print(content, markup=False)
 
 

@@ -33,9 +33,11 @@ from bloom.cli.supervisor import (
 )
 from bloom.worker import claude_cli, credentials
 from bloom.worker.claude_env import child_environment
-from bloom.worker.demo import demo_environment
+from bloom.worker.demo import DEMO_REPO, demo_environment
 
 HOST = "127.0.0.1"
+DEMO_GIT_DIR = "demo-git"
+"""Under the data dir: the repositories the echo model serves (`demo.git`)."""
 ADMIN_KEY_FILE = "membridge-admin.key"
 # Unless given, Membridge and the echo model sit at fixed offsets from the runtime's port (5000 →
 # 8000 and 8050), so `--port` moves the whole stack and stacks 100 apart do not meet.
@@ -181,7 +183,16 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
         children.append(
             ChildSpec(
                 "model",
-                _command("echo-model", "serve", "--host", HOST, "--port", str(options.model_port)),
+                _command(
+                    "echo-model",
+                    "serve",
+                    "--host",
+                    HOST,
+                    "--port",
+                    str(options.model_port),
+                    "--git-root",
+                    str(data / DEMO_GIT_DIR),
+                ),
                 base,
                 http_ready(f"{options.model_url}/_requests"),
                 ready_timeout_sec=30,
@@ -222,8 +233,9 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
     worker_env.setdefault("BLOOM_WORKER_DRAIN_TIMEOUT_SEC", WORKER_DRAIN_SEC)
     if options.worker_concurrency is not None:
         worker_env["BLOOM_WORKER_CONCURRENCY"] = str(options.worker_concurrency)
-    if options.demo_model:  # the user's real credentials stay home
+    if options.demo_model:  # the user's real credentials stay home; the demo repository's tasks
         worker_env = demo_environment(worker_env, options.model_url)
+        worker_env["BLOOM_WORKER_ALLOW_CLONE"] = "true"
     since_ms = time.time_ns() // 1_000_000
     children.append(
         ChildSpec(
@@ -235,6 +247,24 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
         )
     )
     return children
+
+
+def demo_project(options: UpOptions) -> str:
+    """The demo repository as the managed project `demo` (made once; kept in the database)."""
+    import httpx
+
+    body = {"name": DEMO_REPO, "repo_url": f"{options.model_url}/git/{DEMO_REPO}.git"}
+    key = _runtime_key(os.environ)
+    headers = {"X-Runtime-API-Key": key} if key else {}
+    try:
+        made = httpx.post(
+            f"{options.runtime_url}/api/runtime/projects", json=body, headers=headers, timeout=10
+        )
+    except httpx.HTTPError as exc:
+        return f"the demo project could not be made: {exc}"
+    if made.status_code in (201, 409):
+        return f"project {DEMO_REPO}: {body['repo_url']} (workspace tasks: --repo {DEMO_REPO})"
+    return f"the demo project could not be made: {made.status_code} {made.text[:200]}"
 
 
 def banner(options: UpOptions) -> list[str]:
@@ -255,6 +285,14 @@ def banner(options: UpOptions) -> list[str]:
         f"  worker     {options.worker_name}{concurrency}, claude at {options.claude_bin}",
         f"  data dir   {options.data_dir}",
         f'  try        bloom task submit "hello" --wait{url_option}',
+        *(
+            [
+                f"             bloom task submit --repo {DEMO_REPO} "
+                f'"add a hello.txt saying hi" --wait{url_option}'
+            ]
+            if options.demo_model
+            else []
+        ),
         "  stop       Ctrl-C",
     ]
     return lines
@@ -340,6 +378,8 @@ def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
         try:
             for spec in children:
                 supervisor.start(spec)
+            if options.demo_model:
+                supervisor.show(demo_project(options))
             for line in banner(options):
                 supervisor.show(line)
             died = supervisor.wait()

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from bloom.clients.wire import TaskInfo
+from bloom.clients.wire import TaskInfo, answers
 from bloom.domain.states import TERMINAL, TaskStatus
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a command calls the runtime
@@ -240,8 +240,8 @@ async def follow_to_answer(
 
 
 async def answer(client: "RuntimeClient", task_id: str) -> str | None:
-    """The content of the task's newest artifact: its answer, or None."""
-    artifacts = await client.artifacts(task_id)
+    """The content of the task's newest answer artifact, or None."""
+    artifacts = answers(await client.artifacts(task_id))
     if not artifacts:
         return None
     return await client.artifact_content(artifacts[0].id)

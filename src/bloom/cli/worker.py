@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from bloom.cli.output import fail, print_json
+from bloom.cli.output import fail, print_json, say
 from bloom.cli.remote import (
     DEFAULT_URL,
     JsonOption,
@@ -228,6 +228,41 @@ def approve(
     the runtime dispatches and sends agent operations there, with the node's own key."""
     worker = call(url, lambda client: client.approve_worker_url(name, agent_url))
     out().print(f"{escape(worker.id)}: agent URL {escape(worker.url)} approved")
+
+
+@app.command("gc")
+def gc(
+    retention_hours: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="Remove worktrees unused this long (BLOOM_WORKER_WORKSPACE_RETENTION_HOURS, 24).",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option(help="The worker's work dir (BLOOM_WORKER_WORK_DIR).")
+    ] = None,
+    name: Annotated[str | None, typer.Option(callback=_name, help="The worker's name.")] = None,
+) -> None:
+    """Remove the workspaces' worktrees this worker has not used for the retention, and, while
+    free space is short, the least recently used ones first; print each one removed."""
+    import asyncio
+
+    from bloom.worker import workspace_gc
+
+    settings = worker_settings(work_dir=work_dir, name=name)
+    hours = settings.workspace_retention_hours if retention_hours is None else retention_hours
+    removed = asyncio.run(
+        workspace_gc.collect(
+            settings.workspaces_dir,
+            time.time(),
+            hours * 3600,
+            settings.workspace_min_free_mb * 1024 * 1024,
+        )
+    )
+    for path in removed:
+        print(path)
+    say(f"{len(removed)} worktree{'' if len(removed) == 1 else 's'} removed")
 
 
 @app.command("agent-key")

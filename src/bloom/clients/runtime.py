@@ -342,6 +342,12 @@ class RuntimeClient:
         path = f"/llm-tasks/{task_id}/events"
         return await self._parsed(EventsAccepted.from_json, "POST", path, body=body)
 
+    async def workspace_history(self, task_id: str, *, patches: bool) -> Mapping[str, Any]:
+        """The task's branch as its tasks left it (`GET /llm-tasks/{id}/workspace`)."""
+        params = {"patches": "true"} if patches else {}
+        path = f"/llm-tasks/{task_id}/workspace"
+        return await self._parsed(_object, "GET", path, params=params)
+
     async def complete(self, task_id: str, request: CompleteRequest) -> CompleteReply:
         path = f"/llm-tasks/{task_id}/complete"
         return await self._parsed(CompleteReply.from_json, "POST", path, body=request.to_json())

@@ -6,14 +6,20 @@ Fields the seed's runtime does not send (a task's `priority`, a heartbeat's `can
 `--json` prints keep the reply as it came (`raw`), so users see every field the runtime sent.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from bloom.clients.fields import Fields
+from bloom.clients.fields import Fields, WireError
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.workspace import (
+    PATCH_ARTIFACT,
+    WorkspaceProblem,
+    WorkspaceResult,
+    WorkspaceSpec,
+)
 
 Raw = Mapping[str, Any]
 
@@ -100,6 +106,7 @@ class TaskInfo:
     session_id: str | None = None
     hold: HoldInfo | None = None
     stall: StallInfo | None = None
+    workspace: WorkspaceSpec | None = None
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -128,6 +135,7 @@ class TaskInfo:
             session_id=fields.optional_text("session_id"),
             hold=fields.optional_nested("hold", HoldInfo.from_json),
             stall=fields.optional_nested("stall", StallInfo.from_json),
+            workspace=fields.optional_nested("workspace", _workspace),
             raw=fields.data,
         )
 
@@ -212,6 +220,18 @@ class HeartbeatReply:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimNext:
+    """A complete's `claim_next`: how long to wait for the next task, the lease to ask for."""
+
+    wait_sec: float = 0.0
+    ttl_sec: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"wait_seconds": float(self.wait_sec)}
+        return body | ({"ttl_seconds": self.ttl_sec} if self.ttl_sec is not None else {})
+
+
+@dataclass(frozen=True, slots=True)
 class CompleteRequest:
     """A complete's body: the attempt's result envelope, fenced by its lease."""
 
@@ -224,6 +244,12 @@ class CompleteRequest:
     error_code: ErrorCode | None = None
     retry_at: int | None = None
     session_id: str | None = None
+    workspace: WorkspaceResult | None = None
+    patch: str | None = None
+    events: Sequence[Mapping[str, Any]] = ()
+    """The attempt's last live output (`{type, data}`), stored with the complete."""
+    claim_next: ClaimNext | None = None
+    """Once the complete is recorded, claim this worker's next task in the same call."""
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -238,6 +264,14 @@ class CompleteRequest:
             body["retry_at"] = self.retry_at
         if self.session_id:
             body["session_id"] = self.session_id
+        if self.workspace is not None:
+            body["workspace"] = self.workspace.to_json()
+        if self.patch:
+            body["patch"] = self.patch
+        if self.events:
+            body["events"] = list(self.events)
+        if self.claim_next is not None:
+            body["claim_next"] = self.claim_next.to_json()
         return body | {"lease_id": self.lease_id, "worker_id": self.worker_id}
 
 
@@ -261,6 +295,11 @@ class ArtifactInfo:
             created_at=fields.integer("created_at"),
             raw=fields.data,
         )
+
+
+def answers(artifacts: list[ArtifactInfo]) -> list[ArtifactInfo]:
+    """A task's answers among its artifacts (the patches of its changes left out), in order."""
+    return [artifact for artifact in artifacts if artifact.type != PATCH_ARTIFACT]
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +331,10 @@ class CompleteReply:
     task: TaskInfo
     result: ResultInfo
     artifact: ArtifactInfo | None
+    next: Grant | None = None
+    """The worker's next task, when the complete asked for `claim_next` and one was granted."""
+    next_error: str | None = None
+    """Why that claim was refused (the complete stands)."""
 
     @classmethod
     def from_json(cls, data: Raw, where: str = "") -> Self:
@@ -300,6 +343,8 @@ class CompleteReply:
             task=fields.nested("task", TaskInfo.from_json),
             result=fields.nested("result", ResultInfo.from_json),
             artifact=fields.optional_nested("artifact", ArtifactInfo.from_json),
+            next=fields.optional_nested("next", Grant.from_json),
+            next_error=fields.optional_text("next_error"),
         )
 
 
@@ -398,3 +443,10 @@ class Health:
             service=fields.text("service"),
             version=fields.text("version"),
         )
+
+
+def _workspace(data: Raw, where: str) -> WorkspaceSpec:
+    try:
+        return WorkspaceSpec.from_json(data)
+    except WorkspaceProblem as exc:
+        raise WireError(f"{where}: {exc}") from None

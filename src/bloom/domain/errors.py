@@ -18,6 +18,14 @@ class Invalid(ServiceError):
     """The request cannot be taken as it is (400)."""
 
 
+class InvalidField(Invalid):
+    """A field of the request that cannot be taken (400, in the validation errors' shape)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class Forbidden(ServiceError):
     """The caller is known but may not do this (403)."""
 

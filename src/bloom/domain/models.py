@@ -45,6 +45,8 @@ class Task:
     cancel_requested: bool = False
     last_error: str | None = None
     session_id: str | None = None
+    workspace: dict[str, Any] | None = None
+    """The repository and branch the task changes (`domain.workspace.WorkspaceSpec`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,9 @@ class Result:
     num_turns: int | None = None
     duration_ms: int | None = None
     model: str | None = None
+    workspace: dict[str, Any] | None = None
+    """What the attempt did to its branch (`domain.workspace.WorkspaceResult`), and the id of
+    its `patch` artifact."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,3 +216,7 @@ class Completion:
     error_code: str | None = None
     retry_at: int | None = None
     session_id: str | None = None
+    workspace: dict[str, Any] | None = None
+    """The attempt's `WorkspaceResult` (JSON), for a task with a workspace."""
+    patch: str | None = None
+    """The change as `git format-patch` wrote it, kept as an artifact of type `patch`."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable, TaskEvent
-from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo
+from bloom.clients.wire import ArtifactInfo, TaskInfo, WorkerInfo, answers
 from bloom.domain.budget import utc_minute
 from bloom.domain.states import TERMINAL, WorkerStatus
 
@@ -52,12 +52,19 @@ def task_view(task: TaskInfo) -> dict[str, Any]:
             f"project {task.hold.project} has spent its budget; queued until "
             f"{utc_minute(task.hold.until)}"
         )
+    if task.workspace is not None:
+        view["workspace"] = {"repo": task.workspace.repo, "branch": task.workspace.branch}
     if task.stall is not None:
         view["stalled"] = (
             f"no output since {utc_minute(task.stall.silent_since)} on worker "
             f"{task.stall.worker_id}, though it heartbeats"
         )
     return view
+
+
+CHANGE_FIELDS = frozenset(
+    {"base", "head", "branch", "pushed", "push_error", "files_changed", "insertions", "deletions"}
+)
 
 
 def artifact_uri(artifact_id: str) -> str:
@@ -121,7 +128,19 @@ class Fleet:
             output = await self.output(task_id)
             if output is not None:
                 view |= output.as_json()
+            if task.workspace is not None:
+                view["change"] = await self.change(task_id)
         return view
+
+    async def change(self, task_id: str) -> dict[str, Any] | None:
+        """What the task did to its branch (None: no change), its patch as a resource."""
+        history = await self.client.workspace_history(task_id, patches=False)
+        for step in history.get("steps") or []:
+            if step.get("task_id") == task_id:
+                shown = {k: v for k, v in step.items() if k in CHANGE_FIELDS}
+                patch = step.get("patch_artifact_id")
+                return shown | ({"patch_uri": artifact_uri(patch)} if patch else {})
+        return None
 
     async def tasks(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         return [task_view(t) for t in await self.client.list_tasks(status=status, limit=limit)]
@@ -130,8 +149,8 @@ class Fleet:
         return task_view(await self.client.cancel_task(task_id))
 
     async def output(self, task_id: str) -> Output | None:
-        """The task's newest artifact, inline when short."""
-        artifacts = await self.client.artifacts(task_id)
+        """The task's newest answer artifact, inline when short."""
+        artifacts = answers(await self.client.artifacts(task_id))
         if not artifacts:
             return None
         return await self.artifact(artifacts[0])

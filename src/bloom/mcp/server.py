@@ -24,6 +24,7 @@ from bloom.clients.runtime import (
     RuntimeContractError,
     RuntimeUnreachable,
 )
+from bloom.clients.wire import answers
 from bloom.domain.identity import Role
 from bloom.domain.states import TaskStatus
 from bloom.mcp.fleet import INLINE_CHARS, MAX_WAIT_SEC, Fleet, Output, artifact_uri
@@ -114,7 +115,8 @@ class Tools:
 
     async def get_task(self, task_id: TaskId) -> dict[str, Any]:
         """One task: its status, worker, attempts and last error; once it has ended, its output
-        (inline up to a size, else the URI of its artifact resource)."""
+        (inline up to a size, else the URI of its artifact resource) and, for a task that
+        changes a repository, its `change` (branch, commits, counts, push, the patch's URI)."""
         return await self._answer(self.fleet.task(task_id))
 
     async def list_tasks(
@@ -224,7 +226,7 @@ def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
     @server.resource("bloom://tasks/{task_id}/result", mime_type="text/plain")
     async def task_result(task_id: str) -> str:
         """A task's answer: its newest artifact's content (an error until it has one)."""
-        artifacts = await _resource(fleet.client.artifacts(task_id))
+        artifacts = answers(await _resource(fleet.client.artifacts(task_id)))
         if not artifacts:
             raise ResourceError(f"task {task_id} has no result yet")
         return await _resource(fleet.client.artifact_content(artifacts[0].id))

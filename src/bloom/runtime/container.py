@@ -39,6 +39,7 @@ from bloom.runtime.services.tasks import TaskService
 from bloom.runtime.services.usage import UsageService
 from bloom.runtime.services.worker_sync import WorkerSync
 from bloom.runtime.services.workers import WorkerService
+from bloom.runtime.services.workspaces import WorkspaceService
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.notifications import EventsPublisher, QueueListener, QueuePublisher
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -67,6 +68,7 @@ class Container:
     workers: WorkerService
     config: ConfigService
     records: RecordService
+    workspaces: WorkspaceService
     artifact_moves: ArtifactMover
     audit_export: AuditExporter | None
     metrics: MetricsService
@@ -222,6 +224,8 @@ def build_container(
     releases = HoldReleases(db, signal, clock)
     agents = AgentOps(db, clock, agent_http, agent_key)
     membridge = MembridgeService(db, client, config, clock)
+    records = RecordService(db, stores)
+    events = EventService(db, event_signal, signal, clock, bounds=event_bounds(settings))
     container = Container(
         settings=settings,
         db=db,
@@ -229,15 +233,16 @@ def build_container(
         tasks=TaskService(db, signal, clock, lease_settings),
         leases=leases,
         attempts=AttemptService(
-            db, signal, clock, stores[settings.artifact_store], retry, releases
+            db, signal, clock, stores[settings.artifact_store], retry, releases, events
         ),
         workers=WorkerService(db, signal, clock),
         config=config,
-        records=RecordService(db, stores),
+        records=records,
+        workspaces=WorkspaceService(db, records),
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),
-        events=EventService(db, event_signal, signal, clock, bounds=event_bounds(settings)),
+        events=events,
         credentials=credentials,
         install_scripts=InstallScripts(
             db,

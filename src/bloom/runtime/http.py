@@ -19,6 +19,7 @@ from bloom.domain.errors import (
     Conflict,
     Forbidden,
     Invalid,
+    InvalidField,
     NotFound,
     ServiceError,
     Throttled,
@@ -115,6 +116,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ServiceError)
     async def _service(_: Request, exc: ServiceError) -> Response:
+        if isinstance(exc, InvalidField):
+            return invalid(exc.message, exc.field)
         retry_after = getattr(exc, "retry_after_sec", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
         return error(service_status(exc), exc.message, headers=headers)

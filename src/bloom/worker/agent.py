@@ -7,6 +7,7 @@ import contextlib
 import os
 import platform
 import random
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,21 +16,22 @@ import structlog
 from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
-from bloom.clients.wire import Grant
+from bloom.clients.wire import Grant, TaskInfo
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
-from bloom.worker import credentials, metrics
+from bloom.worker import credentials, metrics, workspace_gc
 from bloom.worker.agent_http import AgentSurface, Refusal, serving
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
-from bloom.worker.task_run import Pause, TaskRun
+from bloom.worker.task_run import Features, Pause, TaskRun
 
 log = structlog.get_logger("bloom.worker")
 
 PRESENCE_SEC = 15.0
+WORKSPACE_GC_SEC = 3600.0
 MAX_NOT_READY = 1000
 """The runtime keeps at most this much of why a worker is not ready."""
 WAITING = "; this worker takes no task until they change (BLOOM_WORKER_ON_AUTH_FAILURE=wait)"
@@ -61,6 +63,7 @@ class Worker:
         # the file keeps its first name, so an upgraded worker still resumes its conversations
         self.conversations = ConversationBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
+        self.features = Features()
         self.stopping = asyncio.Event()
         self.refused = False
         """The runtime refused this worker's key."""
@@ -68,7 +71,7 @@ class Worker:
         """Once stopped, start again (its agent's /restart or /self-update asked)."""
         self.running: set[str] = set()
         """Ids of the tasks running here (claimed or pushed)."""
-        self.pushed: set[asyncio.Task[None]] = set()
+        self.pushed: set[asyncio.Task[Grant | None]] = set()
         """Runs of tasks the runtime dispatched to this worker's agent surface."""
         self.pushed_leases: set[str] = set()
         """The leases of those runs."""
@@ -82,11 +85,12 @@ class Worker:
 
     def registration(self, status: str = "online", readiness: bool = True) -> dict[str, Any]:
         """The registration body; with `readiness` (the runtime's, not Membridge's), whether
-        the worker can run Claude now (`ready`) and, when not, why (`not_ready`)."""
+        the worker can run Claude now (`ready`) and, when not, why (`not_ready`), and whether it
+        takes tasks with a workspace."""
         url = self.settings.advertised_agent_url
         ready: dict[str, Any] = {}
         if readiness:
-            ready = {"ready": self.not_ready is None}
+            ready = {"ready": self.not_ready is None, "workspaces": self.settings.serves_workspaces}
             ready |= {"not_ready": self.not_ready} if self.not_ready else {}
         return {
             "name": self.settings.name,
@@ -204,6 +208,8 @@ class Worker:
             helpers.append(asyncio.create_task(self.memory_auto.keep_leases()))
         if self.membridge:
             helpers.append(asyncio.create_task(self._membridge_presence()))
+        if self.settings.serves_workspaces:
+            helpers.append(asyncio.create_task(self._collect_workspaces()))
         claiming = self.settings.max_concurrency if self.settings.claim else 0
         slots = [asyncio.create_task(self._slot()) for _ in range(claiming)]
         await self.stopping.wait()
@@ -219,6 +225,24 @@ class Worker:
         await asyncio.gather(*helpers, return_exceptions=True)
         await self._say_goodbye()
         log.info("worker_stopped")
+
+    async def _collect_workspaces(self) -> None:
+        """Unused worktrees removed at start and every hour (`workspace_gc`)."""
+        settings = self.settings
+        while True:
+            try:
+                removed = await workspace_gc.collect(
+                    settings.workspaces_dir,
+                    time.time(),
+                    settings.workspace_retention_hours * 3600,
+                    settings.workspace_min_free_mb * 1024 * 1024,
+                )
+            except OSError as exc:
+                log.warning("workspace_gc_failed", error=str(exc))
+            else:
+                if removed:
+                    log.info("workspaces_removed", paths=[str(path) for path in removed])
+            await asyncio.sleep(WORKSPACE_GC_SEC)
 
     async def _register(self) -> None:
         """Register with the runtime, retrying until it answers (or the worker is stopped). A
@@ -324,11 +348,24 @@ class Worker:
                 continue
             failures = 0
             metrics.claim_answered("empty" if grant is None else "granted")
-            if grant is not None:
-                await self._run(grant)
+            while grant is not None:  # the complete of each may have claimed the next
+                grant = await self._run(grant, follow=True)
 
-    async def _run(self, grant: Grant) -> None:
-        """Run one task; a drain that runs out of time cancels it and waits for its cleanup."""
+    def _takes_next(self, task: TaskInfo) -> bool:
+        """Whether a slot ending `task` has room for its next one at once (the complete claims
+        it): not when stopping, paused, waiting for credentials, or about to push the task's
+        memory (the next lease would wait unconfirmed meanwhile)."""
+        return not (
+            self.stopping.is_set()
+            or self.pause.remaining_sec() > 0
+            or self.refused_credentials is not None
+            or (self.memory_auto is not None and self.memory_auto.covers(task.agent_slug))
+        )
+
+    async def _run(self, grant: Grant, *, follow: bool = False) -> Grant | None:
+        """Run one task; a drain that runs out of time cancels it and waits for its cleanup.
+        With `follow` (a claiming slot's), its complete may claim the slot's next task, which is
+        returned."""
         run = TaskRun(
             self.settings,
             self.client,
@@ -337,11 +374,13 @@ class Worker:
             grant,
             self.environ,
             self.credentials_refused,
+            claim_next=self._takes_next if follow else None,
+            features=self.features,
         )
         task = asyncio.create_task(run.run())
         self.running.add(grant.task.id)
         try:
-            await asyncio.shield(task)
+            following = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -350,6 +389,7 @@ class Worker:
             self.running.discard(grant.task.id)
         if self.memory_auto is not None:  # the task's Claude session may have added memories
             await self.memory_auto.sync(Action.PUSH, grant.task.agent_slug)
+        return following
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the worker is stopped."""

@@ -35,6 +35,8 @@ PR_SET_DUMPABLE = 4
 
 EventSink = Callable[[str, Any], Awaitable[None]]
 """Receives each event of the run: ("claude", <stream-json object>) or ("stderr", {"line"})."""
+Gate = Callable[[], Awaitable[bool]]
+"""Whether the prompt may go to the CLI: awaited once the CLI has started, before it is fed."""
 
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform == "linux" else None
@@ -104,9 +106,14 @@ class Invocation:
 class ClaudeProcess:
     """One run; `cancel()` (from another task) stops it as a cancel, not a failure."""
 
-    def __init__(self, invocation: Invocation, sink: EventSink):
+    def __init__(self, invocation: Invocation, sink: EventSink, gate: Gate | None = None):
+        """With `gate`, the CLI starts at once but gets its prompt (on stdin, which it reads to
+        the end before it does anything) only once `gate` says yes; if it says no, the CLI is
+        killed unfed (`withheld`): it never asked a model or ran a tool."""
         self.invocation = invocation
         self.sink = sink
+        self.gate = gate
+        self.withheld = False
         self._process: asyncio.subprocess.Process | None = None
         self._cancelled = False
 
@@ -172,6 +179,10 @@ class ClaudeProcess:
 
     async def _feed(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdin is not None
+        if self.gate is not None and not await self.gate():
+            self.withheld = True
+            await self.kill()  # its stdin still open: it has read no prompt
+            return
         try:
             process.stdin.write(self.invocation.prompt.encode())
             await process.stdin.drain()

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,28 +108,39 @@ async def git(args: list[str], timeout_sec: float) -> GitRun:
     return await command(["git", *args], timeout_sec)
 
 
-async def command(argv: list[str], timeout_sec: float, cwd: Path | None = None) -> GitRun:
-    """`argv` run without a shell or the worker's secrets, never prompting, in a process group
-    of its own that is killed whole when the timeout passes (TimeoutError) or the call is
-    cancelled; the tails of its output."""
+async def command(
+    argv: list[str],
+    timeout_sec: float,
+    cwd: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    whole: bool = False,
+    stdin: str | None = None,
+) -> GitRun:
+    """`argv` run without a shell or the worker's secrets (`env` added), never prompting, in a
+    process group of its own that is killed whole when the timeout passes (TimeoutError) or the
+    call is cancelled; the tails of its output (`whole`: all of its stdout). `stdin`: its
+    input (else none)."""
     process = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=without_secrets(os.environ) | GIT_ENV,
+        env=without_secrets(os.environ) | GIT_ENV | dict(env or {}),
         start_new_session=True,
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout_sec)
+        given = stdin.encode() if stdin is not None else None
+        out, err = await asyncio.wait_for(process.communicate(given), timeout_sec)
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
     assert process.returncode is not None
-    return GitRun(process.returncode, _tail(out, STDOUT_LINES), _tail(err, STDERR_LINES))
+    stdout = out.decode(errors="replace") if whole else _tail(out, STDOUT_LINES)
+    return GitRun(process.returncode, stdout, _tail(err, STDERR_LINES))
 
 
 async def check_out(checkout: Checkout) -> dict[str, Any]:

@@ -5,6 +5,8 @@ import json
 from collections.abc import Mapping
 
 DEMO_API_KEY = "demo-not-a-secret"
+DEMO_REPO = "demo"
+"""The managed project `bloom up --demo-model` makes of the repository its echo model serves."""
 DEMO_CLAUDE_ARGS = ["--bare"]
 USER_CREDENTIALS = ("ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY")
 

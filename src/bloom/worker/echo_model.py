@@ -14,21 +14,27 @@ the tests use to script the model's behaviour; they are harmless in a demo:
 - `[[overloaded]]`: answer 529 `overloaded_error`;
 - `[[usage-limit EPOCH_S]]`: until that time, answer as the API does when a plan's usage limit
   is reached, with the reset time; after it, answer normally;
+- `add a FILE saying TEXT` (the whole prompt, the demo's): as a `Bash` call writing TEXT and a
+  newline to FILE (a plain name, in the run's directory);
 - `[[tool NAME {JSON}]]` (one or more, in order): ask for a call of the tool NAME with that
   input, one per turn, as a model using tools does; a string `"$id"` in the input is the `id`
   of the previous tool's JSON result. Once each has its result, the answer is `echo: ` and the
-  last result's text.
+  last result's text. The script is the newest prompt's: in a resumed conversation, the tool
+  results of earlier turns do not count.
 
 Every request body is kept in memory (`GET /_requests` lists them), so a test can check what the
 CLI sent, for example that a resumed conversation carried the earlier turn.
 """
 
 import asyncio
+import hashlib
 import json
 import re
+import shlex
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,10 +42,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from bloom.worker import echo_git
+
 DIRECTIVE = re.compile(r"\[\[(sleep|tokens|overloaded|usage-limit)(?:\s+([0-9.]+))?\]\]")
 TOOL = re.compile(r"\[\[tool (\S+)(?: (\{.*?\}))?\]\]")
+DEMO_EDIT = re.compile(
+    r"add (?:a |an )?(?P<file>[\w-][\w.-]{0,99}) saying (?P<text>.{1,500})", re.IGNORECASE
+)
 MODEL = "claude-echo-1"
 STREAM_CHUNK = 24
+CONTINUE = "Continue from where you left off."
+"""What the CLI adds beside a tool result when it resumes a deferred call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +90,17 @@ def _text_of(content: Any) -> str:
 
 
 def last_user_text(body: dict[str, Any]) -> str:
-    """The text of the newest user message that has any (tool results carry none)."""
+    """The newest prompt: the last text block of the user's messages (tool results carry none;
+    the CLI's note on resuming a deferred call does not count). Only the last: a resumed
+    session's turns are merged into one message, earlier prompts first."""
     for message in reversed(body.get("messages") or []):
-        if isinstance(message, dict) and message.get("role") == "user":
-            text = _text_of(message.get("content"))
-            if text.strip():
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in reversed(blocks if isinstance(blocks, list) else []):
+            text = block.get("text") if isinstance(block, dict) else None
+            if isinstance(text, str) and text.strip() and text.strip() != CONTINUE:
                 return text
     return ""
 
@@ -93,27 +112,50 @@ class ToolCall:
     input: dict[str, Any]
 
 
-def tool_results(body: dict[str, Any]) -> list[str]:
-    """The text of every tool result in the conversation, oldest first."""
-    found = []
+def script_key(prompt: str) -> str:
+    """What the ids of a prompt's scripted calls start with. The CLI merges a resumed session's
+    turns (a new prompt may come after the results of its own calls), so a result is known as
+    the newest prompt's by its call's id, not by where it lies."""
+    return f"toolu_echo_{hashlib.sha256(prompt.encode()).hexdigest()[:12]}_"
+
+
+def tool_results(body: dict[str, Any], prompt: str) -> list[str]:
+    """The text of each result of `prompt`'s scripted calls in the conversation, oldest first."""
+    key = script_key(prompt)
+    found: list[str] = []
     for message in body.get("messages") or []:
         content = message.get("content") if isinstance(message, dict) else None
         for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_result"
+                and str(block.get("tool_use_id", "")).startswith(key)
+            ):
                 found.append(_text_of(block.get("content")))
     return found
 
 
+def demo_calls(prompt: str) -> list[tuple[str, str]]:
+    """The demo's one sentence that edits (`add a hello.txt saying hi`): the shell call that
+    writes the file in the run's directory, as a `[[tool Bash …]]` directive would ask."""
+    found = DEMO_EDIT.fullmatch(prompt.strip())
+    if found is None:
+        return []
+    name, text = found.group("file"), found.group("text").strip().strip("\"'")
+    command = f"printf '%s\\n' {shlex.quote(text)} > {shlex.quote(name)}"
+    return [("Bash", json.dumps({"command": command}))]
+
+
 def next_tool_call(prompt: str, results: list[str]) -> ToolCall | None:
     """The prompt's next scripted tool call, or None when each has had its result."""
-    calls = TOOL.findall(prompt)
+    calls = TOOL.findall(prompt) or demo_calls(prompt)
     if len(results) >= len(calls):
         return None
     name, raw = calls[len(results)]
     arguments = json.loads(raw) if raw else {}
     previous_id = _id_in(results[-1]) if results else None
     return ToolCall(
-        f"toolu_echo_{len(results)}",
+        f"{script_key(prompt)}{len(results)}",
         name,
         {k: previous_id if v == "$id" else v for k, v in arguments.items()},
     )
@@ -173,7 +215,7 @@ class EchoModel:
                     "anthropic-ratelimit-unified-reset": str(script.usage_limit_reset),
                 },
             )
-        results = tool_results(body)
+        results = tool_results(body, prompt)
         call = next_tool_call(prompt, results)
         answer = f"echo: {(results[-1] if results and TOOL.search(prompt) else prompt).strip()}"
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
@@ -266,14 +308,21 @@ class EchoModel:
         return _error(404, "not_found_error", f"{request.url.path} is not served here")
 
 
-def create_app(model: EchoModel | None = None) -> Starlette:
+def create_app(model: EchoModel | None = None, git_root: Path | None = None) -> Starlette:
+    """The model's app; with `git_root`, the repositories there served at `/git/<name>.git`."""
     model = model or EchoModel()
-    return Starlette(
-        routes=[
-            Route("/v1/messages", model.messages, methods=["POST"]),
-            Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
-            Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
-            Route("/_requests", model.seen, methods=["GET"]),
-            Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]),
-        ]
-    )
+    routes = [
+        Route("/v1/messages", model.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
+        Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
+        Route("/_requests", model.seen, methods=["GET"]),
+    ]
+    if git_root is not None:
+        root = git_root
+
+        async def git(request: Request) -> Response:
+            return await echo_git.serve(request, root)
+
+        routes.append(Route("/git/{path:path}", git, methods=["GET", "POST"]))
+    routes.append(Route("/{path:path}", model.not_found, methods=["GET", "POST", "PUT", "DELETE"]))
+    return Starlette(routes=routes)

@@ -14,6 +14,7 @@ from bloom.clients.wire import CompleteRequest
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
 from bloom.domain.usage import MAX_MODEL_CHARS
+from bloom.domain.workspace import WorkspaceResult
 from bloom.worker.credentials import auth_failure_message, is_auth_failure
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
@@ -48,6 +49,8 @@ class Outcome:
     retry_at: int | None = None
     session_id: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    workspace: WorkspaceResult | None = None
+    patch: str | None = None
 
     def completion(self, lease_id: str, worker_id: str) -> CompleteRequest:
         """The complete call for this outcome, fenced by the attempt's lease."""
@@ -61,6 +64,8 @@ class Outcome:
             error_code=self.error_code,
             retry_at=self.retry_at,
             session_id=self.session_id,
+            workspace=self.workspace,
+            patch=self.patch,
         )
 
 

@@ -1,6 +1,7 @@
 """Worker settings from the environment (`BLOOM_WORKER_…`; the seed agent's names as aliases)."""
 
 import re
+import shutil
 import socket
 from pathlib import Path
 from typing import Annotated, Literal
@@ -158,8 +159,29 @@ class WorkerSettings(ListenerSettings):
     allow_clone: bool = Field(
         False,
         validation_alias=_env("BLOOM_WORKER_ALLOW_CLONE"),
-        description="Serve the agent's /clone: the runtime's managed projects are cloned (or "
-        "pulled) with git under the repositories' base. Only with an agent key (else 403).",
+        description="Clone the runtime's managed projects with git: serve the agent's /clone "
+        "(under the repositories' base; only with an agent key, else 403), and take tasks with "
+        "a workspace (a worktree per branch under the work dir: docs/workspaces.md).",
+    )
+    workspace_retention_hours: float = Field(
+        24.0,
+        ge=1,
+        le=24 * 365,
+        validation_alias=_env("BLOOM_WORKER_WORKSPACE_RETENTION_HOURS"),
+        description="A workspace's worktree unused this long is removed (and the least "
+        "recently used ones first while free space is short): docs/workspaces.md.",
+    )
+    workspace_min_free_mb: int = Field(
+        1024,
+        ge=0,
+        validation_alias=_env("BLOOM_WORKER_WORKSPACE_MIN_FREE_MB"),
+        description="Free space under the work dir below which worktrees are removed early.",
+    )
+    git_author: str = Field(
+        "BLOOM worker <bloom@localhost>",
+        pattern=r"^[^<>\n]+ <[^<>\s]+>$",
+        validation_alias=_env("BLOOM_WORKER_GIT_AUTHOR"),
+        description='Who a workspace task\'s commits are by: "Name <email>".',
     )
     allow_process_control: bool = Field(
         False,
@@ -273,6 +295,21 @@ class WorkerSettings(ListenerSettings):
     @property
     def resolved_work_dir(self) -> Path:
         return self.work_dir or self.data_dir / "worker" / self.name
+
+    @property
+    def serves_workspaces(self) -> bool:
+        """Clones allowed and git present: tasks with a workspace may come here."""
+        return self.allow_clone and shutil.which("git") is not None
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.resolved_work_dir / "workspaces"
+
+    @property
+    def git_author_parts(self) -> tuple[str, str]:
+        """`git_author`'s name and email."""
+        name, _, email = self.git_author.rpartition(" <")
+        return name.strip(), email.rstrip(">")
 
 
 def load_worker_settings(**overrides: object) -> WorkerSettings:

@@ -3,7 +3,12 @@ report the outcome (retried until the runtime has it).
 
 The lease is the fence: when a heartbeat or an event post is refused (the lease expired, was
 replaced, or the task is gone) the CLI is killed and nothing is reported, because another worker
-may own the task by now.
+may own the task by now. The first heartbeat, which confirms a claimed lease, is sent as the CLI
+starts; the CLI gets its prompt only once that heartbeat is answered (`Confirmation`).
+
+The complete carries the run's last events (those not yet posted, `finished` among them), and,
+when the worker has a free slot for it, asks for the worker's next task (`claim_next`): one call
+ends a task and may start the next.
 """
 
 import asyncio
@@ -15,20 +20,30 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
-from bloom.clients.wire import Grant, HeartbeatReply, HeartbeatRequest
+from bloom.clients.wire import (
+    ClaimNext,
+    CompleteRequest,
+    Grant,
+    HeartbeatReply,
+    HeartbeatRequest,
+    TaskInfo,
+)
 from bloom.domain.retry import ErrorCode
 from bloom.worker import metrics
-from bloom.worker.claude import ClaudeProcess, Invocation, known_agent
+from bloom.worker.claude import ClaudeProcess, Gate, Invocation, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
+from bloom.worker.workspace import Author, Prepared, WorkspaceFailed, Workspaces
+
+T = TypeVar("T")
 
 log = structlog.get_logger("bloom.worker")
 
@@ -36,6 +51,9 @@ FLUSH_SEC = 0.5
 MAX_BATCH = 500
 MAX_BATCH_BYTES = 1024 * 1024
 """Well under the runtime's request body limit (BLOOM_MAX_BODY_BYTES, 5 MiB by default)."""
+COMPLETE_BYTES = 4 * 1024 * 1024
+"""A complete's output, error, patch and events together stay within this (the body limit, 5
+MiB by default): the events that would not fit are posted before it."""
 MAX_EVENT_BYTES = 60 * 1024
 MAX_BUFFERED = 5000
 NO_CONVERSATION = "No conversation found"
@@ -44,12 +62,60 @@ GIVEN_BACK_DELAY_MS = 1000
 """A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
 again after this, on a worker whose credentials work."""
 GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
+PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
+"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
 
 
 class LeaseLost(Exception):
     """The runtime refused the lease: this worker must stop working on the task."""
+
+
+@dataclass(slots=True)
+class Features:
+    """What the runtime's complete takes, as this worker has found (shared by its runs)."""
+
+    complete_extras: bool = True
+    """Events and `claim_next` in the complete; False once a runtime refused them (an older
+    one): then the events are posted first and the next task is claimed apart, as before."""
+
+
+class Confirmation:
+    """A run's first heartbeat, which confirms the claimed lease (the task becomes `running`),
+    sent as the CLI starts rather than before it: its round trip passes while the CLI boots. The
+    prompt waits for its answer (`allows`), so no model is asked and no tool runs under a lease
+    the runtime refused, nor for a task cancelled meanwhile."""
+
+    def __init__(self, beat: Awaitable[HeartbeatReply | None]):
+        self._beat = asyncio.ensure_future(beat)
+
+    async def settled(self) -> None:
+        with contextlib.suppress(LeaseLost):
+            await asyncio.shield(self._beat)
+
+    async def allows(self) -> bool:
+        await self.settled()
+        return self.lost is None and not self.cancelled
+
+    @property
+    def lost(self) -> LeaseLost | None:
+        """The refusal, once the heartbeat was answered with one."""
+        if not self._beat.done() or self._beat.cancelled():
+            return None
+        error = self._beat.exception()
+        return error if isinstance(error, LeaseLost) else None
+
+    @property
+    def cancelled(self) -> bool:
+        """The heartbeat said someone asked the task to stop."""
+        if not self._beat.done() or self._beat.cancelled() or self._beat.exception():
+            return False
+        beat = self._beat.result()
+        return beat is not None and beat.cancel_requested
+
+    def cancel(self) -> None:
+        self._beat.cancel()
 
 
 @dataclass(slots=True)
@@ -88,19 +154,50 @@ class EventOutbox:
 
     async def flush(self) -> None:
         """Post what is pending; raises LeaseLost when the runtime refuses the lease."""
-        while self.pending:
-            batch = _batch(self.pending)
-            try:
-                await self.client.send_events(*self.ids, batch)
-            except RuntimeUnreachable:
-                return  # kept; the next flush tries again
-            except RuntimeApiError as exc:
-                if exc.status in FENCED:
-                    raise LeaseLost(exc.message) from None
-                if exc.status >= 500:
-                    return  # the runtime restarting (a proxy's 502, 503): kept, tried again
-                log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
-            del self.pending[: len(batch)]
+        while self.pending and await self._post_first():
+            pass
+
+    async def _post_first(self) -> bool:
+        """Post the first batch of what is pending; False when it is kept for later (the
+        runtime unreachable or restarting). Raises LeaseLost when the runtime refuses the
+        lease."""
+        batch = _batch(self.pending)
+        try:
+            await self.client.send_events(*self.ids, batch)
+        except RuntimeUnreachable:
+            return False  # kept; the next flush tries again
+        except RuntimeApiError as exc:
+            if exc.status in FENCED:
+                raise LeaseLost(exc.message) from None
+            if exc.status >= 500:
+                return False  # the runtime restarting (a proxy's 502, 503): kept, tried again
+            log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
+        del self.pending[: len(batch)]
+        return True
+
+    async def last(self, room: int) -> list[dict[str, Any]]:
+        """What is pending, taken to go with the complete: its last events, at most MAX_BATCH
+        in `room` bytes; any before them are posted first (raises LeaseLost as `flush`). Those
+        a post could not take (the runtime unreachable meanwhile) are left behind, as a last
+        flush before a complete would leave them."""
+        keep = _fitting_tail(self.pending, room)
+        taken = self.pending[len(self.pending) - keep :]
+        del self.pending[len(self.pending) - keep :]
+        await self.flush()
+        if self.pending:
+            log.warning("events_left_behind", task_id=self.ids[0], count=len(self.pending))
+        self.pending = []
+        return taken
+
+
+def _fitting_tail(pending: list[dict[str, Any]], room: int) -> int:
+    """How many of the last events fit in `room` bytes, at most MAX_BATCH of them."""
+    size = 0
+    for count, event in enumerate(reversed(pending[-MAX_BATCH:])):
+        size += len(json.dumps(event, default=str))
+        if size > room:
+            return count
+    return min(len(pending), MAX_BATCH)
 
 
 def _batch(pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,11 +220,17 @@ class TaskRun:
         grant: Grant,
         environ: Mapping[str, str] = os.environ,
         credentials_refused: Callable[[str], Awaitable[None]] | None = None,
+        claim_next: Callable[[TaskInfo], bool] | None = None,
+        features: Features | None = None,
     ):
         self.settings = settings
         self.credentials_refused = credentials_refused
         """Told (before the attempt is reported) when the CLI could not authenticate and the
         worker waits for its credentials instead of failing the task."""
+        self.claim_next = claim_next
+        """Asked as the complete is sent: whether it should claim this slot's next task (a free
+        slot: not stopping, paused or waiting for credentials). None: never (a pushed run)."""
+        self.features = features or Features()
         self.client = client
         self.conversations = conversations
         self.pause = pause
@@ -135,47 +238,36 @@ class TaskRun:
         self.lease = grant.lease
         self.environ = environ
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
+        self.workspaces = Workspaces(settings.workspaces_dir, Author(*settings.git_author_parts))
+        self.cwd: Path | None = None
+        """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
         self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)
 
-    async def run(self) -> None:
+    async def run(self) -> Grant | None:
+        """Run the attempt and report it; the slot's next task when the complete claimed one."""
         task_id, context = self.task.id, self.task.context_id
-        try:
-            beat = await self._heartbeat()
-        except LeaseLost as exc:
-            self.log.warning("lease_lost_before_start", reason=str(exc))
-            return
-        if beat is not None and beat.cancel_requested:
-            await self._report(
-                Outcome(
-                    False,
-                    error_message="Cancelled before it started",
-                    error_code=ErrorCode.CANCELLED,
-                    metrics={"duration_ms": 0},
-                )
-            )
-            return
-        try:
-            async with self.conversations.lock(context):
-                report = await self._execute()
-        except LeaseLost as exc:
-            self.log.warning("lease_lost", reason=str(exc))
-            return
-        except asyncio.CancelledError:
-            # The worker is stopping and the drain time is over: say so, so that the task is
-            # retried now rather than when its lease runs out.
-            outcome = Outcome(
+        first = Confirmation(self._heartbeat())
+        if self.task.workspace is not None:
+            # A workspace is prepared (fetched, its worktree reset) only under a confirmed lease.
+            await first.settled()
+        attempted = None
+        if first.lost is None and not first.cancelled:
+            attempted = await self._attempt(first)
+        await first.settled()
+        if first.lost is not None:
+            self.log.warning("lease_lost_before_start", reason=str(first.lost))
+            return None
+        if first.cancelled:
+            cancelled = Outcome(
                 False,
-                error_message="The worker stopped before the task ended",
-                error_code=ErrorCode.ERROR,
+                error_message="Cancelled before it started",
+                error_code=ErrorCode.CANCELLED,
                 metrics={"duration_ms": 0},
             )
-            await asyncio.shield(self._report(outcome, deadline_sec=5))
-            raise
-        outcome = decide(
-            report,
-            desired_format=self.task.desired_format,
-            budget_usd=self.task.policy.budget,
-        )
+            return await self._report(cancelled)
+        if attempted is None:
+            return None  # the lease was lost while it ran
+        report, outcome = attempted
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -184,7 +276,7 @@ class TaskRun:
             outcome = replace(outcome, retry_at=until)
         if outcome.error_code is ErrorCode.AUTH_FAILED and self.settings.on_auth_failure == "wait":
             outcome = await self._give_back(outcome)
-        await self._report(outcome)
+        following = await self._report(outcome)
         metrics.attempt_ended(outcome, report.duration_ms)
         self.log.info(
             "task_done",
@@ -193,6 +285,43 @@ class TaskRun:
             error_code=outcome.error_code,
             duration_ms=report.duration_ms,
         )
+        return following
+
+    async def _attempt(self, first: Confirmation) -> tuple[RunReport, Outcome] | None:
+        """The workspace prepared, the CLI run (its prompt held until `first` allows it), the
+        change kept; None when the lease was lost meanwhile."""
+        try:
+            async with self.conversations.lock(self.task.context_id):
+                prepared = await self._prepare_workspace()
+                report = await self._execute(first, prepared)
+                outcome = self._decide(report)
+                if prepared is not None and outcome.success:
+                    outcome = await self._keep_change(prepared, outcome)
+        except LeaseLost as exc:
+            self.log.warning("lease_lost", reason=str(exc))
+            return None
+        except WorkspaceFailed as exc:
+            self.log.warning("workspace_failed", error=str(exc))
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
+            outcome = Outcome(
+                False,
+                error_message=f"Workspace: {exc}",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
+        except asyncio.CancelledError:
+            first.cancel()
+            # The worker is stopping and the drain time is over: say so, so that the task is
+            # retried now rather than when its lease runs out.
+            stopped = Outcome(
+                False,
+                error_message="The worker stopped before the task ended",
+                error_code=ErrorCode.ERROR,
+                metrics={"duration_ms": 0},
+            )
+            await asyncio.shield(self._report(stopped, deadline_sec=5, follow=False))
+            raise
+        return report, outcome
 
     async def _give_back(self, outcome: Outcome) -> Outcome:
         """An authentication failure, with BLOOM_WORKER_ON_AUTH_FAILURE=wait: the worker stops
@@ -209,13 +338,53 @@ class TaskRun:
             retry_at=int(time.time() * 1000) + GIVEN_BACK_DELAY_MS,
         )
 
-    async def _execute(self) -> RunReport:
-        """Run the CLI (resuming the context's conversation) while the lease is kept alive."""
+    def _decide(self, report: RunReport) -> Outcome:
+        return decide(
+            report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
+        )
+
+    async def _prepare_workspace(self) -> Prepared | None:
+        """The task's worktree, ready at its branch's head (None: the task has no workspace),
+        the lease renewed meanwhile (a fetch may take minutes)."""
+        spec = self.task.workspace
+        if spec is None:
+            return None
+        if not self.settings.serves_workspaces:
+            raise WorkspaceFailed("this worker takes no workspace tasks (--allow-clone, git)")
+
+        async def history(patches: bool) -> Mapping[str, Any]:
+            try:
+                return await self.client.workspace_history(self.task.id, patches=patches)
+            except (RuntimeApiError, RuntimeUnreachable) as exc:
+                raise WorkspaceFailed(f"the branch's history could not be read: {exc}") from None
+
+        return await self._renewing(self.workspaces.prepare(spec, history))
+
+    async def _keep_change(self, prepared: Prepared, outcome: Outcome) -> Outcome:
+        """Commit the run's change, make its patch, push it; in the outcome."""
+        result, patch = await self._renewing(
+            self.workspaces.finish(prepared, self.task.id, self.task.prompt)
+        )
+        return replace(outcome, workspace=result, patch=patch)
+
+    async def _renewing(self, work: Awaitable[T]) -> T:
+        renewing = asyncio.create_task(self._renew_until_reported())
+        try:
+            return await work
+        finally:
+            renewing.cancel()
+
+    async def _execute(self, first: Confirmation, prepared: Prepared | None = None) -> RunReport:
+        """Run the CLI (resuming the context's conversation) while the lease is kept alive; its
+        prompt waits for `first` to allow it (else it is killed unfed)."""
         resume = self.conversations.get(self.task.context_id)
-        report = await self._run_cli(resume)
+        self.cwd = prepared.path if prepared is not None else None
+        report = await self._run_cli(resume, first.allows)
         failed_resume = report.result is None or report.result.get("is_error")
         if (
-            resume
+            first.lost is None
+            and not first.cancelled
+            and resume
             and failed_resume
             and NO_CONVERSATION in (report.stderr_tail + str(report.result))
         ):
@@ -226,8 +395,11 @@ class TaskRun:
     def _invocation(self, resume: str | None) -> Invocation:
         settings, task = self.settings, self.task
         context = resolve_hints(list(task.context_hints), settings.project_dir)
-        workdir = settings.resolved_work_dir / "tasks" / task.id
+        workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
+        extra = list(settings.claude_args)
+        if self.cwd is not None and not any(arg in PERMISSIONS_SET for arg in extra):
+            extra += ["--permission-mode", "acceptEdits"]  # headless: else no edit is allowed
         slug = task.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents"]
         if settings.project_dir:
@@ -241,10 +413,10 @@ class TaskRun:
             resume=resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
             budget_usd=task.policy.budget,
-            extra_args=list(settings.claude_args),
+            extra_args=extra,
         )
 
-    async def _run_cli(self, resume: str | None) -> RunReport:
+    async def _run_cli(self, resume: str | None, gate: Gate | None = None) -> RunReport:
         invocation = self._invocation(resume)
         await self.outbox.add(
             "started",
@@ -255,7 +427,7 @@ class TaskRun:
                 "resumed_session": resume,
             },
         )
-        process = ClaudeProcess(invocation, self.outbox.add)
+        process = ClaudeProcess(invocation, self.outbox.add, gate)
         keeper = asyncio.create_task(self._keep_alive(process))
         run = asyncio.create_task(process.run())
         done, _ = await asyncio.wait({keeper, run}, return_when=asyncio.FIRST_COMPLETED)
@@ -294,10 +466,14 @@ class TaskRun:
             self.log.warning("heartbeat_rejected", error=exc.message)
             return None
 
-    async def _report(self, outcome: Outcome, deadline_sec: float | None = None) -> None:
-        """Complete the attempt, retrying with backoff until the runtime answers or the deadline.
-        The lease is renewed meanwhile: a complete refused for a while (the artifact store or
-        the database down: 503) must not cost the task its lease, or it would run again."""
+    async def _report(
+        self, outcome: Outcome, deadline_sec: float | None = None, *, follow: bool = True
+    ) -> Grant | None:
+        """Complete the attempt with its last events, retrying with backoff until the runtime
+        answers or the deadline; with `follow`, the complete may claim the slot's next task
+        (returned). The lease is renewed meanwhile: a complete refused for a while (the artifact
+        store or the database down: 503) must not cost the task its lease, or it would run
+        again."""
         finished = {
             "status": "success" if outcome.success else "error",
             "error_code": str(outcome.error_code) if outcome.error_code else None,
@@ -307,39 +483,69 @@ class TaskRun:
             "tokens_used": outcome.metrics.get("tokens_used"),
         }
         await self.outbox.add("finished", finished)
+        request = outcome.completion(self.lease.id, self.settings.name)
         try:
-            await self.outbox.flush()
+            if self.features.complete_extras:
+                request = replace(
+                    request,
+                    events=await self.outbox.last(_room(request)),
+                    claim_next=self._next_claim() if follow else None,
+                )
+            else:
+                await self.outbox.flush()
         except LeaseLost as exc:
             self.log.warning("lease_lost_before_complete", reason=str(exc))
-            return
+            return None
         renewing = asyncio.create_task(self._renew_until_reported())
         try:
-            await self._complete(outcome, deadline_sec)
+            return await self._complete(request, deadline_sec)
         finally:
             renewing.cancel()
 
-    async def _complete(self, outcome: Outcome, deadline_sec: float | None) -> None:
-        request = outcome.completion(self.lease.id, self.settings.name)
+    def _next_claim(self) -> ClaimNext | None:
+        if self.claim_next is None or not self.claim_next(self.task):
+            return None
+        return ClaimNext(wait_sec=0.0, ttl_sec=self.settings.lease_ttl_sec)
+
+    async def _complete(self, request: CompleteRequest, deadline_sec: float | None) -> Grant | None:
         deadline = time.monotonic() + (deadline_sec or self.settings.complete_deadline_sec)
         attempt = 0
         while True:
             try:
-                await self.client.complete(self.task.id, request)
-                return
+                reply = await self.client.complete(self.task.id, request)
             except RuntimeApiError as exc:
+                if exc.status == 400 and (request.events or request.claim_next):
+                    request = await self._plain(request, exc.message)  # an older runtime
+                    continue
                 if exc.status < 500 and exc.status != 429:
                     self.log.warning("complete_refused", status=exc.status, error=exc.message)
-                    return
+                    return None
                 error = exc.message
             except RuntimeUnreachable as exc:
                 error = str(exc)
+            else:
+                if reply.next_error:
+                    self.log.info("claim_next_refused", error=reply.next_error)
+                if reply.next is not None:
+                    metrics.claim_answered("granted")
+                return reply.next
             attempt += 1
             pause = min(0.5 * 2**attempt, 15.0) * random.uniform(1.0, 1.3)
             if time.monotonic() + pause > deadline:
                 self.log.error("complete_given_up", error=error, attempts=attempt)
-                return
+                return None
             self.log.warning("complete_retry", error=error, attempt=attempt)
             await asyncio.sleep(pause)
+
+    async def _plain(self, request: CompleteRequest, refusal: str) -> CompleteRequest:
+        """A runtime that refused a complete's events or `claim_next` (one older than both):
+        the events posted first, the complete sent without them, and so from now on."""
+        self.log.warning("complete_extras_refused", error=refusal)
+        self.features.complete_extras = False
+        self.outbox.pending[:0] = [dict(event) for event in request.events]
+        with contextlib.suppress(LeaseLost):  # the complete will hear the same
+            await self.outbox.flush()
+        return replace(request, events=(), claim_next=None)
 
     async def _renew_until_reported(self) -> None:
         """Heartbeat every `heartbeat_sec` until cancelled (the complete answered), or until the
@@ -348,3 +554,10 @@ class TaskRun:
             while True:
                 await asyncio.sleep(self.settings.heartbeat_sec)
                 await self._heartbeat()
+
+
+def _room(request: CompleteRequest) -> int:
+    """Bytes a complete's events may take beside its output, error and patch."""
+    texts = (request.output, request.error_message, request.patch)
+    used = sum(len(text.encode()) for text in texts if text)
+    return max(0, min(MAX_BATCH_BYTES, COMPLETE_BYTES - used))

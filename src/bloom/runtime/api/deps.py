@@ -19,6 +19,7 @@ from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.tasks import TaskService
 from bloom.runtime.services.usage import UsageService
 from bloom.runtime.services.workers import WorkerService
+from bloom.runtime.services.workspaces import WorkspaceService
 
 
 def app_container(request: Request) -> Container:
@@ -57,6 +58,10 @@ async def _dispatcher(request: Request) -> Dispatcher:
 
 async def _records(request: Request) -> RecordService:
     return app_container(request).records
+
+
+async def _workspaces(request: Request) -> WorkspaceService:
+    return app_container(request).workspaces
 
 
 async def _events(request: Request) -> EventService:
@@ -112,6 +117,7 @@ Config = Annotated[ConfigService, Depends(_config)]
 Records = Annotated[RecordService, Depends(_records)]
 Dispatch = Annotated[Dispatcher, Depends(_dispatcher)]
 Events = Annotated[EventService, Depends(_events)]
+Workspaces = Annotated[WorkspaceService, Depends(_workspaces)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
 Usage = Annotated[UsageService, Depends(_usage)]
 Budgets = Annotated[BudgetService, Depends(_budgets)]

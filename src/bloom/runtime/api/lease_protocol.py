@@ -31,6 +31,7 @@ from bloom.runtime.api.schemas import (
 from bloom.runtime.http import JSON, service_status
 from bloom.runtime.services.attempts import Completed, Ending
 from bloom.runtime.services.dispatch import DispatchFailed
+from bloom.runtime.services.events import NewEvent
 from bloom.runtime.services.leasing import Claimed, LeaseService, Looked
 from bloom.web.hang_up import hang_up_watch
 
@@ -157,6 +158,7 @@ async def complete(task_id: str, body: CompleteBody, request: Request) -> JSON:
         lease_id=body.lease_id,
         worker_id=acting_worker(caller, body.worker_id),
         claim_next=leases.next_look(following.ttl_seconds) if following else None,
+        events=[NewEvent(event.type, event.data) for event in body.events or ()],
     )
     headers = {"Idempotent-Replayed": "true"} if done.replayed else None
     if following is None:

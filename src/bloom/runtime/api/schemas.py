@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import (
     MAX_CLAIM_WAIT_SEC,
@@ -37,6 +38,14 @@ from bloom.domain.retry import ErrorCode
 from bloom.domain.stall import MAX_STALL_SEC, MIN_STALL_SEC, OnStall, stall_sec_problem
 from bloom.domain.states import ResultStatus, WorkerStatus
 from bloom.domain.usage import MAX_MODEL_CHARS, UsageGroup, UsageRow, UsageSums
+from bloom.domain.workspace import (
+    MAX_BRANCH_CHARS,
+    MAX_PATCH_CHARS,
+    REPO_NAME,
+    WorkspaceProblem,
+    WorkspaceResult,
+    ref_problem,
+)
 from bloom.runtime.services.events import (
     MAX_DATA_BYTES,
     MAX_EVENTS,
@@ -45,6 +54,7 @@ from bloom.runtime.services.events import (
     serialise_data,
 )
 from bloom.runtime.services.tasks import NewTask
+from bloom.runtime.services.workspaces import WorkspaceRequest
 from bloom.web.guards import contains_nul
 
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
@@ -98,6 +108,44 @@ class PolicyBody(Body):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+class WorkspaceBody(Body):
+    repo: StrictStr = Field(
+        pattern=f"^{REPO_NAME.pattern}$", description="A managed project's name (`/projects`)."
+    )
+    ref: StrictStr | None = Field(
+        None,
+        max_length=255,
+        description="The branch, tag or commit to start from (default: the repository's "
+        "default branch; the branch itself when it exists on the remote already).",
+    )
+    branch: StrictStr | None = Field(
+        None,
+        max_length=MAX_BRANCH_CHARS,
+        description="The branch written (default bloom/<context_id>).",
+    )
+    push: StrictBool | None = Field(
+        None, description="Push the branch after each run (default true)."
+    )
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, value: str | None) -> str | None:
+        problem = ref_problem(value) if value is not None else None
+        if problem:
+            raise PydanticCustomError("ref", problem)
+        return value
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and not is_plain_branch(value):
+            raise PydanticCustomError("branch", f"Must be {PLAIN_BRANCH}")
+        return value
+
+    def request(self) -> WorkspaceRequest:
+        return WorkspaceRequest(self.repo, self.ref, self.branch, self.push)
+
+
 class CreateTaskBody(Body):
     context_id: Id
     agent_slug: Id
@@ -115,6 +163,9 @@ class CreateTaskBody(Body):
         max_length=200,
         description="Same key, same request: the task created the first time (200, not 201).",
     )
+    workspace: WorkspaceBody | None = Field(
+        None, description="A repository branch the task changes: docs/workspaces.md."
+    )
 
     def new_task(self, idempotency_key: str | None = None) -> NewTask:
         """The validated request, for the task service (the key: this body's, else the one
@@ -129,6 +180,7 @@ class CreateTaskBody(Body):
             max_attempts=self.max_attempts,
             priority=self.priority,
             idempotency_key=self.idempotency_key or idempotency_key,
+            workspace=self.workspace.request() if self.workspace else None,
         )
 
 
@@ -195,6 +247,27 @@ class AttemptEndBody(Body):
         None, ge=0, le=MAX_BIGINT, description="Epoch ms before which not to retry."
     )
     session_id: Id | None = None
+    workspace: dict[str, Any] | None = Field(
+        None,
+        description="What the attempt did to its task's branch: {base, head, branch, pushed, "
+        "push_error, files_changed, insertions, deletions} (docs/workspaces.md).",
+    )
+    patch: StrictStr | None = Field(
+        None,
+        max_length=MAX_PATCH_CHARS,
+        description="The change as `git format-patch` writes it: kept as an artifact of type "
+        "`patch`.",
+    )
+
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        try:
+            return WorkspaceResult.from_json(value).to_json()
+        except WorkspaceProblem as exc:
+            raise PydanticCustomError("workspace", str(exc)) from None
 
     @field_validator("output", "error_message")
     @classmethod
@@ -220,7 +293,28 @@ class AttemptEndBody(Body):
             error_code=self.error_code,
             retry_at=self.retry_at,
             session_id=self.session_id,
+            workspace=self.workspace,
+            patch=self.patch or None,
         )
+
+
+class EventBody(Body):
+    type: StrictStr = Field(
+        min_length=1,
+        max_length=MAX_TYPE_CHARS,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="The event's kind (no control characters: it becomes the SSE event name).",
+    )
+    data: Any = Field(None, description=f"Any JSON, at most {MAX_DATA_BYTES} bytes serialised.")
+
+    @field_validator("data")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        try:
+            serialise_data(value)
+        except EventDataError as exc:
+            raise PydanticCustomError("event_data", "{problem}", {"problem": exc.message}) from None
+        return value
 
 
 class CompleteBody(AttemptEndBody):
@@ -229,6 +323,13 @@ class CompleteBody(AttemptEndBody):
         None,
         description="Once recorded, claim the worker's next task as `POST /workers/{id}/claim` "
         "would, and answer it as `next` (null: none came within `wait_seconds`).",
+    )
+    events: list[EventBody] | None = Field(
+        None,
+        max_length=MAX_EVENTS,
+        description="The attempt's last live output, stored in the complete's transaction after "
+        "the task's earlier events, as `POST /llm-tasks/{id}/events` stores them (not again on "
+        "a repeat).",
     )
 
 
@@ -263,6 +364,11 @@ class CapabilitiesBody(Body):
     not_ready: StrictStr | None = Field(
         None, max_length=1000, description="Why the worker is not ready, and what to do."
     )
+    workspaces: StrictBool | None = Field(
+        None,
+        description="Whether the worker runs tasks with a workspace (git present, clones "
+        "allowed): only such a worker is given them.",
+    )
 
 
 class RegisterWorkerBody(Body):
@@ -274,25 +380,6 @@ class RegisterWorkerBody(Body):
     agent_version: StrictStr | None = Field(None, max_length=128)
     os_info: StrictStr | None = Field(None, max_length=512)
     install_method: StrictStr | None = Field(None, max_length=64)
-
-
-class EventBody(Body):
-    type: StrictStr = Field(
-        min_length=1,
-        max_length=MAX_TYPE_CHARS,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="The event's kind (no control characters: it becomes the SSE event name).",
-    )
-    data: Any = Field(None, description=f"Any JSON, at most {MAX_DATA_BYTES} bytes serialised.")
-
-    @field_validator("data")
-    @classmethod
-    def _storable(cls, value: Any) -> Any:
-        try:
-            serialise_data(value)
-        except EventDataError as exc:
-            raise PydanticCustomError("event_data", "{problem}", {"problem": exc.message}) from None
-        return value
 
 
 class AppendEventsBody(Body):

@@ -5,9 +5,18 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 
+from bloom.domain.identity import Role
 from bloom.domain.models import Task
 from bloom.domain.states import TaskStatus
-from bloom.runtime.api.deps import Budgets, Caller, Records, Tasks, app_container, caller_of
+from bloom.runtime.api.deps import (
+    Budgets,
+    Caller,
+    Records,
+    Tasks,
+    Workspaces,
+    app_container,
+    caller_of,
+)
 from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
@@ -63,16 +72,37 @@ async def list_tasks(
 
 
 @router.get("/llm-tasks/{task_id}", response_model=Task, summary="One task")
-async def get_task(task_id: str, tasks: Tasks, budgets: Budgets, records: Records) -> JSON:
+async def get_task(
+    task_id: str, tasks: Tasks, budgets: Budgets, records: Records, workspaces: Workspaces
+) -> JSON:
     """A queued task whose project's budget is spent carries `hold`: `{project, until,
-    reason: "budget_exhausted"}` (it waits, nothing failed). A running task whose attempt has
-    printed nothing past its `stall_sec` carries `stall`: `{lease_id, worker_id, stalled_at,
-    silent_since}`."""
+    reason: "budget_exhausted"}` (it waits, nothing failed); one whose branch another task
+    writes, `waiting_for: {reason: "branch_busy", task_id, repo, branch}`. A running task whose
+    attempt has printed nothing past its `stall_sec` carries `stall`: `{lease_id, worker_id,
+    stalled_at, silent_since}`."""
     task = await tasks.get(task_id)
     stall = await records.stall(task)
     if stall is not None:
         return JSON(asdict(task) | {"stall": stall})
-    return JSON((await budgets.with_holds([task]))[0])
+    answer = (await budgets.with_holds([task]))[0]
+    waiting = await workspaces.waiting_for(task)
+    if waiting is None:
+        return JSON(answer)
+    return JSON((answer if isinstance(answer, dict) else asdict(answer)) | {"waiting_for": waiting})
+
+
+@router.get(
+    "/llm-tasks/{task_id}/workspace",
+    summary="A workspace task's branch as its tasks left it: where it stands, each change",
+)
+async def task_workspace(
+    task_id: str,
+    workspaces: Workspaces,
+    caller: Caller,
+    patches: Annotated[bool, Query(description="Add each change's patch text.")] = False,
+) -> JSON:
+    worker = caller.worker_id if caller.role is Role.WORKER else None
+    return JSON(await workspaces.history(task_id, worker_id=worker, with_patches=patches))
 
 
 @router.post("/llm-tasks/{task_id}/cancel", response_model=Task, summary="Cancel a task")

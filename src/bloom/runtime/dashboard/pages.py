@@ -15,13 +15,15 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 
 from bloom.domain.audit import ENTITY_TYPES, AuditAction
 from bloom.domain.errors import BadGateway, NotFound, ServiceError
-from bloom.domain.models import Artifact
+from bloom.domain.models import Artifact, Result
 from bloom.domain.paging import Cursor
 from bloom.domain.secrets import last_four
 from bloom.domain.states import TaskStatus, WorkerStatus
 from bloom.domain.usage import UsageGroup
+from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard import charts, present
+from bloom.runtime.dashboard.diffs import change_of
 from bloom.runtime.dashboard.templating import render
 from bloom.runtime.services.records import AuditFilter
 from bloom.runtime.services.tasks import TaskFilter
@@ -30,6 +32,8 @@ router = APIRouter(include_in_schema=False)
 
 PAGE_SIZE = 50
 INLINE_BYTES = 64 * 1024
+MAX_PATCH_SHOWN_BYTES = 512 * 1024
+"""How much of a change's patch the task page reads (the rest: its download)."""
 """An artifact's content shown inline up to this much; the rest is a download."""
 EXPORT_MAX = 100_000
 EXPORT_PAGE = 500
@@ -153,18 +157,21 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
     attempts = await c.records.attempts(task_id)
     results = await c.records.results(task_id)
     artifacts = await c.records.artifacts(task_id=task_id, limit=50)
+    patches = {a.id: a for a in artifacts if a.type == PATCH_ARTIFACT}
     timeline = await c.records.audit(limit=200, task_id=task_id)
     holds = await c.budgets.holds() if task.status is TaskStatus.QUEUED else {}
     context = {
         "task": task,
         "hold": holds.get(task.agent_slug),
+        "waiting": await c.workspaces.waiting_for(task),
         "live": task.status in LIVE,
         "policy": present.policy_items(task.policy),
         "attempts": attempts,
         "stall": await c.records.stall(task),
         "results": results,
         "result_by_lease": {r.lease_id: r for r in results if r.lease_id},
-        "artifacts": [(a, await _inline(c, a)) for a in artifacts],
+        "artifacts": [(a, None if a.id in patches else await _inline(c, a)) for a in artifacts],
+        "change": change_of(results, await _patch_text(c, results, patches)),
         "timeline": list(reversed(timeline)),
         "can_cancel": task.status in LIVE,
         "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
@@ -173,14 +180,25 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
     return render(request, "task.html", context, now=c.clock(), part=part, parts=parts)
 
 
-async def _inline(c: Container, artifact: Artifact) -> str | None:
+async def _patch_text(
+    c: Container, results: list[Result], patches: dict[str, Artifact]
+) -> str | None:
+    """The newest change's patch, as much of it as the page shows."""
+    for result in reversed(results):
+        found = patches.get((result.workspace or {}).get("patch_artifact_id") or "")
+        if found is not None:
+            return await _inline(c, found, MAX_PATCH_SHOWN_BYTES)
+    return None
+
+
+async def _inline(c: Container, artifact: Artifact, limit: int = INLINE_BYTES) -> str | None:
     """The start of an artifact's content for the page (JSON pretty-printed), None if it cannot
     be read now (the download link says why)."""
     try:
         content = await c.records.artifact_content(artifact.id)
         if content.size == 0:
             return ""
-        last = min(content.size, INLINE_BYTES) - 1
+        last = min(content.size, limit) - 1
         chunks = await content.open(0, last)
         raw = b"".join([chunk async for chunk in chunks])
     except ServiceError as exc:  # missing, or its store is down: the page still renders

@@ -5,8 +5,9 @@ as seed clients do), and a lease that expired, was released or was replaced is r
 conflict and changes nothing.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import structlog
 
@@ -20,8 +21,10 @@ from bloom.domain.models import Artifact, AuditEntry, Completion, Lease, Result,
 from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
+from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.services import budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
+from bloom.runtime.services.events import EventService, NewEvent, Row, prepared
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
 from bloom.runtime.services.leasing import Looked, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
@@ -53,6 +56,8 @@ class Ending:
     task_id: str
     completion: Completion
     lease_id: str | None = None
+    events: Sequence[Row] = ()
+    """The attempt's last events (`events.prepared`), stored with its end; none on a replay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,14 @@ class _Read(NamedTuple):
     finished: Task | None
 
 
+class _Contents(NamedTuple):
+    """An end's contents, in the artifact store before its transaction: the output, and the
+    patch of a workspace task's change."""
+
+    output: StoredContent | None
+    patch: StoredContent | None
+
+
 @dataclass(frozen=True, slots=True)
 class _Recorded:
     """An end written in a transaction, with what to announce once it commits."""
@@ -95,6 +108,7 @@ class _Recorded:
     lease: Lease
     usage: Usage
     passed: list[Crossing]
+    events_stored: bool = False
 
 
 async def _look(
@@ -128,6 +142,7 @@ class AttemptService:
         store: ArtifactStore,
         retry: RetryPolicy,
         releases: HoldReleases,
+        events: EventService,
     ):
         self.db = db
         self.signal = signal
@@ -135,6 +150,8 @@ class AttemptService:
         self.store = store
         self.retry = retry
         self.releases = releases
+        self.events = events
+        """Where a complete's last events go, in its transaction, as the events endpoint's."""
 
     async def heartbeat(
         self, task_id: str, *, lease_id: str | None = None, worker_id: str | None = None
@@ -215,14 +232,20 @@ class AttemptService:
         lease_id: str | None = None,
         worker_id: str | None = None,
         claim_next: NextLook | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> Completed:
         """Record an attempt's end: result, artifact, task status, lease release and audit in one
         transaction. Repeating it for the same lease returns the first outcome unchanged.
 
+        `events`, the attempt's last live output, are stored in that transaction after the
+        task's earlier ones (bounded and counted as the events endpoint stores them; fenced by
+        the complete's own fence), so that a worker need not post them first; a replay stores
+        none again.
+
         `claim_next` looks for the lease's worker's next task in the same transaction, once the
         complete is written (one commit where there were two); a refusal it raises is told in
         `next_refused`, and the complete stands."""
-        ending = Ending(task_id, completion, lease_id)
+        ending = Ending(task_id, completion, lease_id, prepared(events))
         stored = await self._stored(completion)
         now = self.clock()
         if claim_next is None:
@@ -243,7 +266,7 @@ class AttemptService:
         return replace(recorded.completed, next=following, next_refused=refused)
 
     async def _end_alone(
-        self, ending: Ending, stored: StoredContent | None, worker_id: str | None, now: int
+        self, ending: Ending, stored: _Contents, worker_id: str | None, now: int
     ) -> _Recorded | None:
         """PostgreSQL: an end that needs no lock and charges no budget, in statements that each
         commit alone: a success naming its lease in one (`_succeed_alone`); else the task and
@@ -257,6 +280,9 @@ class AttemptService:
             self.db.kind != "postgresql"
             or _usage_limit_reset(completion, now) is not None
             or (usage.cost_usd is not None and usage.cost_usd > 0)
+            or ending.events  # stored under the task's row lock, with its tally
+            or stored.patch is not None  # a workspace's end: a second artifact
+            or completion.workspace is not None
         ):
             return None
         if completion.status == ResultStatus.SUCCESS and ending.lease_id is not None:
@@ -270,7 +296,9 @@ class AttemptService:
             if lease.status != LeaseStatus.ACTIVE or task.lease_id != lease.id:
                 return None  # a replay, or a refusal: said by the steps
             values = self._next_task_values(task, completion, now)
-            artifact = self._artifact(task.id, completion, stored, now)
+            artifact = self._artifact(
+                task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
+            )
             result = self._result(
                 task.id, (lease.id, lease.worker_id), artifact, completion, usage, now
             )
@@ -296,7 +324,7 @@ class AttemptService:
         self,
         ending: Ending,
         lease_id: str,
-        stored: StoredContent | None,
+        stored: _Contents,
         worker_id: str | None,
         now: int,
     ) -> _Recorded | None:
@@ -305,7 +333,9 @@ class AttemptService:
         completion = ending.completion
         task_id = ending.task_id
         values = _success_values(completion, now)
-        artifact = self._artifact(task_id, completion, stored, now)
+        artifact = self._artifact(
+            task_id, completion.artifact_type, completion.artifact_tags, stored.output, now
+        )
         actor = worker_id or ""  # the lease's worker, written by the statement
         usage = Usage.from_metrics(completion.metrics)
         result = self._result(task_id, (lease_id, actor), artifact, completion, usage, now)
@@ -420,7 +450,7 @@ class AttemptService:
         self,
         tx: Repositories,
         ending: Ending,
-        stored: StoredContent | None,
+        stored: _Contents,
         worker_id: str | None,
         now: int,
         *,
@@ -461,12 +491,36 @@ class AttemptService:
             )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
-        artifact = self._artifact(task.id, completion, stored, now)
-        result = self._result(
-            task.id, (lease.id, lease.worker_id), artifact, completion, usage, now
+        # The task's row is locked now (its transition; SQLite: the only writer), as an events
+        # post locks it first: its events' tally holds until this commits.
+        written = (
+            await self.events.write(tx, task.id, lease, ending.events, now)
+            if ending.events
+            else None
+        )
+        artifact = self._artifact(
+            task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
+        )
+        patch = self._artifact(task.id, PATCH_ARTIFACT, [], stored.patch, now)
+        result = Result(
+            id=new_id(now),
+            task_id=task.id,
+            worker_id=lease.worker_id,
+            artifact_id=artifact.id if artifact else None,
+            status=completion.status,
+            output=completion.output,
+            error_message=completion.error_message,
+            metrics=completion.metrics,
+            completed_at=now,
+            lease_id=lease.id,
+            error_code=completion.error_code,
+            **usage.columns(),
+            workspace=_workspace_result(completion, patch),
         )
         if artifact is not None:
             await tx.artifacts.insert(artifact)
+        if patch is not None:
+            await tx.artifacts.insert(patch)
         await tx.results.insert(result)
         passed = await budgets.charge(
             tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
@@ -486,7 +540,11 @@ class AttemptService:
                 )
             )
         return _Recorded(
-            Completed(finished, artifact, result, replayed=False), lease, usage, passed
+            Completed(finished, artifact, result, replayed=False),
+            lease,
+            usage,
+            passed,
+            events_stored=written is not None and written.stored > 0,
         )
 
     def _announce(self, recorded: list[_Recorded], now: int) -> None:
@@ -501,6 +559,8 @@ class AttemptService:
         exhausted = False
         for entry in fresh:
             task = entry.completed.task
+            if entry.events_stored:
+                self.events.announce(task.id)
             metrics.attempt_ended(task.status, entry.lease, now)
             metrics.usage_recorded(task.agent_slug, entry.usage)
             budgets.announce(task.agent_slug, entry.passed)
@@ -508,8 +568,10 @@ class AttemptService:
         if exhausted:
             self.releases.changed()  # its release timer learns of the new hold
 
-    async def _stored(self, completion: Completion) -> StoredContent | None:
-        return await self._store(completion.output) if completion.output is not None else None
+    async def _stored(self, completion: Completion) -> _Contents:
+        output = await self._store(completion.output) if completion.output is not None else None
+        patch = await self._store(completion.patch) if completion.patch else None
+        return _Contents(output, patch)
 
     async def _store(self, output: str) -> StoredContent:
         """The output in the artifact store before anything is committed: a task is never
@@ -589,7 +651,7 @@ class AttemptService:
 
     @staticmethod
     def _artifact(
-        task_id: str, completion: Completion, stored: StoredContent | None, now: int
+        task_id: str, kind: str, tags: list[str], stored: StoredContent | None, now: int
     ) -> Artifact | None:
         if stored is None:
             return None
@@ -597,12 +659,12 @@ class AttemptService:
             id=new_id(now),
             task_id=task_id,
             job_id=None,
-            type=completion.artifact_type,
+            type=kind,
             created_at=now,
             finalized=True,
             url=stored.url,
             entity_refs=[],
-            tags=completion.artifact_tags,
+            tags=tags,
             content=stored.content,
             sha256=stored.sha256,
             size_bytes=stored.size_bytes,
@@ -661,3 +723,10 @@ def _success_values(completion: Completion, now: int) -> dict[str, object]:
     if completion.session_id:
         values["session_id"] = completion.session_id
     return values | {"status": TaskStatus.COMPLETED, "last_error": None}
+
+
+def _workspace_result(completion: Completion, patch: Artifact | None) -> dict[str, Any] | None:
+    """The attempt's `workspace` as the result keeps it: with its patch artifact's id."""
+    if completion.workspace is None:
+        return None
+    return completion.workspace | {"patch_artifact_id": patch.id if patch else None}

@@ -27,11 +27,11 @@ import structlog
 
 from bloom.domain.clock import Clock
 from bloom.domain.errors import NotFound, ServiceError, Throttled
-from bloom.domain.models import TaskEvent
+from bloom.domain.models import Lease, TaskEvent
 from bloom.domain.states import TERMINAL, TaskStatus
 from bloom.runtime.services.fencing import live_lease
 from bloom.runtime.services.signals import EventSignal, QueueSignal, wait_for_any
-from bloom.runtime.storage.repositories import RuntimeDatabase
+from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 from bloom.runtime.storage.repositories.events import Dropped
 
 log = structlog.get_logger(__name__)
@@ -85,6 +85,21 @@ class Appended:
     task_id: str
     last_seq: int
     accepted: int
+    """How many of the events given were stored."""
+    stored: int = 0
+    """Rows written: those accepted, and the `truncated` event when this append made it."""
+
+
+Row = tuple[str, str]
+"""An event ready to store: its type, and its data as compact JSON text (`serialise_data`)."""
+
+
+def prepared(events: Sequence[NewEvent]) -> list[Row]:
+    """`events` checked (at most MAX_EVENTS) and serialised for `EventService.write`;
+    EventDataError (400) otherwise."""
+    if len(events) > MAX_EVENTS:
+        raise EventDataError(f"at most {MAX_EVENTS} events per append")
+    return [(event.type, serialise_data(event.data)) for event in events]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,48 +191,61 @@ class EventService:
         task's live lease (and `worker_id`'s, when given), as many as fit within the task's
         bytes; the rest are dropped (the first time with a `truncated` event). Returns the last
         seq and how many of `events` were stored."""
-        if len(events) > MAX_EVENTS:
-            raise EventDataError(f"at most {MAX_EVENTS} events per append")
-        rows = [(event.type, serialise_data(event.data)) for event in events]
-        sizes = [len(kind.encode()) + len(data.encode()) for kind, data in rows]
-        limit, now = self.bounds.max_bytes, self.clock()
+        rows = prepared(events)
+        now = self.clock()
         async with self.db.write() as tx:
             # The task's row lock serialises appends to it (PostgreSQL; SQLite has one writer),
             # and is taken first, so the fence below sees any ending that committed meanwhile
-            # and the tally below stays true until this transaction commits its own counts.
+            # and the tally in `write` stays true until this transaction commits its own counts.
             # A task not in flight is not locked: the fence refuses it.
             await tx.tasks.lock_in_flight(task_id)
             _, lease = await live_lease(tx, task_id, lease_id, worker_id, now)
-            tally = await tx.events.tally(task_id)
-            if not rows:
-                return Appended(task_id, tally.last_seq, 0)
-            truncated = tally.marker_seq is not None
-            kept = 0 if truncated else fitting(sizes, tally.bytes, limit - MARKER_ROOM)
-            dropped = Dropped(len(rows) - kept, sum(sizes[kept:]))
-            stored, marker_seq = rows[:kept], None
-            if dropped.events and not truncated:
-                stored.append((TRUNCATED, orjson.dumps(marker(limit, dropped)).decode()))
-                marker_seq = tally.last_seq + len(stored)
-                log.warning("task_events_truncated", task_id=task_id, limit_bytes=limit)
-            if stored:
-                await tx.events.append(
-                    task_id,
-                    last_seq=tally.last_seq,
-                    lease_id=lease.id,
-                    worker_id=lease.worker_id,
-                    events=stored,
-                    now=now,
-                )
-            total = await tx.events.count(
-                task_id, stored=sum(sizes[:kept]), dropped=dropped, marker_seq=marker_seq, now=now
-            )
-            if tally.marker_seq is not None:  # truncated before: its marker counts this too
-                await tx.events.rewrite(task_id, tally.marker_seq, marker(limit, total))
-            if lease.stalled_at is not None:  # found stalled, and printing again
+            appended = await self.write(tx, task_id, lease, rows, now)
+            if rows and lease.stalled_at is not None:  # found stalled, and printing again
                 await tx.leases.unstall(lease.id)
-        if stored:
+        if appended.stored:
             self.signal.changed(task_id)
-        return Appended(task_id, tally.last_seq + len(stored), kept)
+        return appended
+
+    async def write(
+        self, tx: Repositories, task_id: str, lease: Lease, rows: Sequence[Row], now: int
+    ) -> Appended:
+        """`rows` (from `prepared`) stored in `tx` under `lease`, as many as fit within the
+        task's bytes, the rest dropped and counted. The caller holds the task's row lock (or the
+        only writer) and has fenced `lease`: the events endpoint, and a complete that carries
+        its attempt's last events. Announce what it stored (`announce`) once `tx` commits."""
+        tally = await tx.events.tally(task_id)
+        if not rows:
+            return Appended(task_id, tally.last_seq, 0)
+        sizes = [len(kind.encode()) + len(data.encode()) for kind, data in rows]
+        limit = self.bounds.max_bytes
+        truncated = tally.marker_seq is not None
+        kept = 0 if truncated else fitting(sizes, tally.bytes, limit - MARKER_ROOM)
+        dropped = Dropped(len(rows) - kept, sum(sizes[kept:]))
+        stored, marker_seq = list(rows[:kept]), None
+        if dropped.events and not truncated:
+            stored.append((TRUNCATED, orjson.dumps(marker(limit, dropped)).decode()))
+            marker_seq = tally.last_seq + len(stored)
+            log.warning("task_events_truncated", task_id=task_id, limit_bytes=limit)
+        if stored:
+            await tx.events.append(
+                task_id,
+                last_seq=tally.last_seq,
+                lease_id=lease.id,
+                worker_id=lease.worker_id,
+                events=stored,
+                now=now,
+            )
+        total = await tx.events.count(
+            task_id, stored=sum(sizes[:kept]), dropped=dropped, marker_seq=marker_seq, now=now
+        )
+        if tally.marker_seq is not None:  # truncated before: its marker counts this too
+            await tx.events.rewrite(task_id, tally.marker_seq, marker(limit, total))
+        return Appended(task_id, tally.last_seq + len(stored), kept, stored=len(stored))
+
+    def announce(self, task_id: str) -> None:
+        """After the commit of a `write` that stored events: wake the task's followers."""
+        self.signal.changed(task_id)
 
     async def prune(self) -> int:
         """Delete the events of ended tasks older than the retention, a batch per transaction,

@@ -16,6 +16,7 @@ from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal, Wake
+from bloom.runtime.services.workspaces import WorkspaceRequest, resolve
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 RUNS_LIMIT = 50
@@ -63,6 +64,7 @@ class NewTask:
     max_attempts: int = 3
     priority: int = 0
     idempotency_key: str | None = None
+    workspace: WorkspaceRequest | None = None
 
     def fingerprint(self) -> str:
         """Identifies the request's content, so a reused idempotency key can be told apart."""
@@ -85,14 +87,15 @@ class TaskService:
         """Queue a task, audited as `actor`'s (the seed's "api" when None). Returns (task,
         created); a known idempotency key returns the task it created before, provided the
         request is the same."""
-        if new.idempotency_key is None and self.db.kind == "postgresql":
+        if new.idempotency_key is None and new.workspace is None and self.db.kind == "postgresql":
             return await self._queue(new, actor or "api"), True
         (created,) = await self.create_many([new], actor)
         return created
 
     async def _queue(self, new: NewTask, actor: str) -> Task:
-        """PostgreSQL, a task without an idempotency key: its row, its audit entry and whom it
-        wakes in one statement that commits alone (`TaskRepository.insert_queued`)."""
+        """PostgreSQL, a task without an idempotency key or a workspace (resolving one reads):
+        its row, its audit entry and whom it wakes in one statement that commits alone
+        (`TaskRepository.insert_queued`)."""
         now = self.clock()
         task = self._task(new, now)
         entry = self._created_audit(task, now, actor)
@@ -124,7 +127,8 @@ class TaskService:
             known = await self._known(tx, new.idempotency_key, fingerprint)
             if known is not None:
                 return known, False
-        task = self._task(new, now)
+        workspace = await resolve(tx, new.workspace, new.context_id) if new.workspace else None
+        task = self._task(new, now, workspace)
         if not await tx.tasks.insert(task, fingerprint):
             # a concurrent create with the same key got there first
             assert new.idempotency_key is not None
@@ -135,7 +139,7 @@ class TaskService:
         return task, True
 
     @staticmethod
-    def _task(new: NewTask, now: int) -> Task:
+    def _task(new: NewTask, now: int, workspace: dict[str, Any] | None = None) -> Task:
         return Task(
             id=new_id(now),
             context_id=new.context_id,
@@ -154,6 +158,7 @@ class TaskService:
             priority=new.priority,
             idempotency_key=new.idempotency_key,
             queued_at=now,
+            workspace=workspace,
         )
 
     @staticmethod

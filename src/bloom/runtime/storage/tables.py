@@ -25,6 +25,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 QUEUED_ONLY = text("status = 'queued'")
 ACTIVE_ONLY = text("status = 'active'")
+HAS_WORKSPACE = text("workspace_key IS NOT NULL")
 
 llm_tasks = Table(
     "llm_tasks",
@@ -52,6 +53,8 @@ llm_tasks = Table(
     Column("cancel_requested", Boolean, nullable=False, server_default=false()),
     Column("last_error", Text),
     Column("session_id", String),
+    Column("workspace", JSONType),
+    Column("workspace_key", Text),  # repo and branch: written by one task at a time
 )
 # The claim query walks this index in order and stops at the first claimable row, so its cost
 # does not grow with the number of queued tasks.
@@ -77,6 +80,14 @@ Index("ix_llm_tasks_idempotency_key", llm_tasks.c.idempotency_key, unique=True)
 Index("ix_llm_tasks_worker_created_at", llm_tasks.c.worker_id, llm_tasks.c.created_at)
 Index("ix_llm_tasks_context_created_at", llm_tasks.c.context_id, llm_tasks.c.created_at)
 Index("ix_llm_tasks_agent_created_at", llm_tasks.c.agent_slug, llm_tasks.c.created_at)
+# ours: a workspace task is claimed only while no other task of its branch is in flight
+Index(
+    "ix_llm_tasks_workspace_key",
+    llm_tasks.c.workspace_key,
+    llm_tasks.c.status,
+    postgresql_where=HAS_WORKSPACE,
+    sqlite_where=HAS_WORKSPACE,
+)
 
 # ours: tasks per status and leases ever granted, kept by the database itself (migration 0011's
 # triggers on llm_tasks and leases, in the changing transaction), so the dashboard and /stats read
@@ -230,6 +241,7 @@ llm_results = Table(
     Column("num_turns", Integer),
     Column("duration_ms", BigInteger),
     Column("model", Text),
+    Column("workspace", JSONType),  # ours: what the attempt did to its task's branch
 )
 Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
 Index("ix_llm_results_task_id", llm_results.c.task_id)

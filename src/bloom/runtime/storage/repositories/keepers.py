@@ -11,7 +11,7 @@ to wake it).
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, bindparam, case, func, or_, select, true
+from sqlalchemy import ColumnElement, Table, bindparam, case, exists, func, or_, select, true
 
 from bloom.db.repository import Repository, is_state
 from bloom.runtime.storage.tables import budgets, leases, llm_tasks, workers
@@ -64,15 +64,26 @@ def may_keep(owner: Any) -> list[ColumnElement[bool]]:
 
 
 def ready_now() -> list[ColumnElement[bool]]:
-    """The task is queued, past its backoff at `b_now`, and of a project whose budget is not
-    held: some claim may take it."""
+    """The task is queued, past its backoff at `b_now`, of a project whose budget is not held,
+    and (with a workspace) no other task of its branch is in flight: some claim may take it."""
     return [
         is_state(t.c.status, "queued"),
         or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
         t.c.agent_slug.not_in(
             select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
         ),
+        or_(t.c.workspace_key.is_(None), ~branch_in_flight(t)),
     ]
+
+
+def branch_in_flight(tasks: Any) -> ColumnElement[bool]:
+    """Another task of the same repository branch as `tasks` is leased or running."""
+    busy = t.alias("busy")
+    return exists().where(
+        busy.c.workspace_key == tasks.c.workspace_key,
+        or_(is_state(busy.c.status, "leased"), is_state(busy.c.status, "running")),
+        busy.c.id != tasks.c.id,
+    )
 
 
 def _keepers(*where: ColumnElement[bool]) -> Any:

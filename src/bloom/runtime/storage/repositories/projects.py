@@ -25,6 +25,7 @@ _INSERT_NEW = {
 }
 _GET = select(*PROJECT_COLUMNS).where(p.c.id == bindparam("b_id"))
 _LOCK = _GET.with_for_update()
+_BY_NAME = select(*PROJECT_COLUMNS).where(p.c.name == bindparam("b_name"))
 _LIST = select(*PROJECT_COLUMNS).order_by(p.c.created_at.desc(), p.c.id.desc())
 _UPDATE = update(p).where(p.c.id == bindparam("b_id")).returning(*PROJECT_COLUMNS)
 _BEGIN_CLONE = (
@@ -70,6 +71,9 @@ class ProjectRepository(Repository):
 
     async def get(self, project_id: str) -> ManagedProject | None:
         return await self.one(ManagedProject, _GET, {"b_id": project_id})
+
+    async def by_name(self, name: str) -> ManagedProject | None:
+        return await self.one(ManagedProject, _BY_NAME, {"b_name": name})
 
     async def lock(self, project_id: str) -> ManagedProject | None:
         """Read the project and hold its row lock to the end of the transaction."""

@@ -71,6 +71,16 @@ _RESULTS_OF_TASK = (
     .where(res.c.task_id == bindparam("b_task"))
     .order_by(res.c.completed_at, res.c.id)
 )
+_RESULTS_OF_BRANCH = (
+    select(*RESULT_COLUMNS)
+    .join(llm_tasks, llm_tasks.c.id == res.c.task_id)
+    .where(
+        llm_tasks.c.workspace_key == bindparam("b_key"),
+        is_state(res.c.status, "success"),
+    )
+    .order_by(res.c.completed_at.desc(), res.c.id.desc())
+    .limit(bindparam("b_limit"))
+)
 _BUCKET = (
     (res.c.completed_at - bindparam("b_first", type_=BigInteger()))
     // bindparam("b_bucket_ms", type_=BigInteger())
@@ -234,6 +244,15 @@ class ResultRepository(Repository):
     async def of_task(self, task_id: str) -> list[Result]:
         """The task's results, oldest first."""
         return await self.all(Result, _RESULTS_OF_TASK, {"b_task": task_id})
+
+    async def of_branch(self, workspace_key: str, limit: int) -> list[Result]:
+        """The successful results of the tasks that wrote one repository branch, oldest first
+        (the last `limit`); those that say what they did to it (`workspace`) are the branch's
+        history."""
+        newest = await self.all(
+            Result, _RESULTS_OF_BRANCH, {"b_key": workspace_key, "b_limit": limit}
+        )
+        return newest[::-1]
 
     async def usage(
         self, group: UsageGroup, *, first: int, end: int, limit: int

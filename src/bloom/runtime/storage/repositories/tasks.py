@@ -15,6 +15,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -35,6 +36,7 @@ from bloom.domain.ids import id_time
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor
 from bloom.domain.states import TaskStatus
+from bloom.domain.workspace import key_of
 from bloom.runtime.storage.repositories.keepers import (
     context_owner,
     keeper_named,
@@ -88,6 +90,14 @@ _LOCK_IN_FLIGHT = (
     .with_for_update()
 )
 _STATUS = select(t.c.status).where(t.c.id == bindparam("b_id"))
+_BRANCH_WRITER = (
+    select(t.c.id)
+    .where(
+        t.c.workspace_key == bindparam("b_key"),
+        or_(is_state(t.c.status, "leased"), is_state(t.c.status, "running")),
+    )
+    .limit(1)
+)
 _BY_KEY = select(*TASK_COLUMNS, t.c.request_hash).where(t.c.idempotency_key == bindparam("b_key"))
 _LIST = (
     select(*TASK_COLUMNS)
@@ -214,9 +224,11 @@ def _claim_candidates() -> tuple[Any, Any]:
     while it holds fewer active leases than `b_capacity`; and the count of those it holds.
 
     Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
-    future) has its tasks passed over. A task whose context was last held by another worker is
-    left to that worker (its Claude conversation lives there) while it may keep it (`keepers`:
-    online, live, ready, a slot free), for at most the sticky wait; after that, anyone may.
+    future) has its tasks passed over. A task with a workspace goes only to a worker that says
+    it serves them (its capability `workspaces`). A task whose context was last held by another
+    worker is left to that worker (its Claude conversation lives there) while it may keep it
+    (`keepers`: online, live, ready, a slot free), for at most the sticky wait; after that,
+    anyone may.
     """
     owner = workers.alias("owner")
     owner_takes_it = exists().where(
@@ -228,12 +240,17 @@ def _claim_candidates() -> tuple[Any, Any]:
         .where(leases.c.worker_id == bindparam("b_worker"), is_state(leases.c.status, "active"))
         .scalar_subquery()
     )
+    me = workers.alias("me")
+    serves_workspaces = exists().where(
+        me.c.id == bindparam("b_worker"), me.c.capabilities["workspaces"].as_boolean().is_(true())
+    )
     candidates = (
         select(t.c.id)
         .where(
             my_load < bindparam("b_capacity"),
             *ready_now(),
             or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
+            or_(t.c.workspace_key.is_(None), serves_workspaces),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .with_for_update(skip_locked=True)
@@ -366,7 +383,10 @@ class TaskRepository(Repository):
 
     async def insert(self, task: Task, request_hash: str | None = None) -> bool:
         """Insert `task`; False when its idempotency key is already taken."""
-        values = entity_values(task, TASK_COLUMNS) | {"request_hash": request_hash}
+        values = entity_values(task, TASK_COLUMNS) | {
+            "request_hash": request_hash,
+            "workspace_key": key_of(task.workspace),
+        }
         if task.idempotency_key is None:
             await self.run(_INSERT, values)
             return True
@@ -376,7 +396,7 @@ class TaskRepository(Repository):
     async def insert_queued(
         self, task: Task, audit: AuditEntry, keeping: Mapping[str, int]
     ) -> tuple[bool, str | None]:
-        """PostgreSQL: `task` (no idempotency key) and its audit entry inserted in
+        """PostgreSQL: `task` (no idempotency key, no workspace) and its audit entry inserted in
         one statement (`_INSERT_QUEUED`), to run outside a transaction; whether it is ready
         (its project's budget not held) and its keeper, with `keeping`'s cutoffs."""
         params: dict[str, Any] = {
@@ -397,6 +417,11 @@ class TaskRepository(Repository):
         """Hold the task's row lock to the end of the transaction if it is leased or running
         (PostgreSQL; SQLite has one writer already); False when it is not (or does not exist)."""
         return bool(await self.run(_LOCK_IN_FLIGHT, {"b_id": task_id}))
+
+    async def branch_writer(self, workspace_key: str) -> str | None:
+        """The task in flight that writes this repository branch, if one does."""
+        writer: str | None = await self.scalar(_BRANCH_WRITER, {"b_key": workspace_key})
+        return writer
 
     async def status(self, task_id: str) -> TaskStatus | None:
         status = await self.scalar(_STATUS, {"b_id": task_id})
