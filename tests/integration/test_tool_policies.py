@@ -75,7 +75,7 @@ async def test_a_bad_rule_is_a_400_naming_the_field_and_the_rule(
         errors = policy_errors(await post_task(client, tools))
         assert any(named in error for error in errors), (tools, errors)
     said = policy_errors(await post_task(client, {"deny": ["Edit", "Web Fetch"]}))
-    assert said[0].startswith("tools.deny")
+    assert said[0].startswith("tools.deny: rule 'Web Fetch'")
     # the batch checks each task the same way, and creates none
     batch: list[dict[str, Any]] = [{"context_id": "c", "agent_slug": "a", "prompt": "p"}] * 2
     batch[1] = batch[1] | {"policy": {"tools": {"allow": ["(x)"]}}}

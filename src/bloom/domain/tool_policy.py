@@ -72,15 +72,15 @@ def rule_problem(rule: str) -> str | None:
     return None
 
 
-def rules_problem(name: str, rules: Iterable[str]) -> str | None:
-    """What is wrong with a list of rules (`name`: allow, deny or ask), or None."""
+def rules_problem(rules: Iterable[str]) -> str | None:
+    """What is wrong with a list of rules (allow, deny or ask), or None."""
     listed = list(rules)
     if len(listed) > MAX_RULES:
-        return f"{name}: at most {MAX_RULES} rules"
+        return f"at most {MAX_RULES} rules"
     for rule in listed:
         problem = rule_problem(rule)
         if problem:
-            return f"{name}: {problem}"
+            return problem
     return None
 
 
@@ -109,9 +109,9 @@ class ToolPolicy:
 
     def problem(self) -> str | None:
         for name in LISTS:
-            problem = rules_problem(name, getattr(self, name))
+            problem = rules_problem(getattr(self, name))
             if problem:
-                return problem
+                return f"{name}: {problem}"
         if self.mode is not None and self.mode not in MODES:
             return f"mode: must be one of {', '.join(MODES)}"
         if self.max_turns is not None and not 1 <= self.max_turns <= MAX_TURNS:

@@ -117,8 +117,8 @@ class RulesBody(Body):
 
     @field_validator("allow", "deny", "ask")
     @classmethod
-    def _rules(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        problem = rules_problem(str(info.field_name), value)
+    def _rules(cls, value: list[str]) -> list[str]:
+        problem = rules_problem(value)
         if problem:
             raise PydanticCustomError("rule", problem)
         return value
