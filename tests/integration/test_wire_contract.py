@@ -80,6 +80,7 @@ async def test_a_lifecycle_parses_into_the_wire_types(
         stall_sec=300,
         on_stall="retry",
     )
+    body["policy"]["tools"] = {"allow": ["Read"], "deny": ["Bash(rm:*)"], "max_turns": 3}
     created = await runtime.create_task(body)
     assert created.status is TaskStatus.QUEUED
     assert (created.context_id, created.agent_slug, created.prompt) == ("c1", "default", "hi")
@@ -93,6 +94,9 @@ async def test_a_lifecycle_parses_into_the_wire_types(
     assert (created.attempts, created.max_attempts, created.lease_id) == (0, 3, None)
     assert sent_every_field(created, created.raw)
     assert sent_every_field(created.policy, created.raw["policy"])
+    assert created.policy.tools is not None
+    assert (created.policy.tools.allow, created.policy.tools.deny) == (("Read",), ("Bash(rm:*)",))
+    assert created.policy.tools.max_turns == 3
 
     grant = await runtime.claim("w1", wait_sec=0, ttl_sec=60)
     assert grant is not None

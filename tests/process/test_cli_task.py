@@ -430,6 +430,29 @@ def test_budget_set_list_remove_and_a_held_task_says_why(runtime, http):
     assert bloom("budget", "set", "x", "--url", runtime.url).exit_code == 1
 
 
+def test_policy_set_show_remove_and_a_task_gets_the_defaults(runtime, http):
+    made = bloom(
+        "policy", "set", "cli-tools", "--allow", "Read", "--deny", "Bash(git push:*)",
+        "--deny", "WebFetch", "--mode", "plan", "--max-turns", "5", "--url", runtime.url,
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert "deny: Bash(git push:*), WebFetch" in made.stdout
+    shown = bloom("policy", "show", "cli-tools", "--json", "--url", runtime.url)
+    policy = json.loads(shown.stdout)
+    assert (policy["allow"], policy["mode"], policy["max_turns"]) == (["Read"], "plan", 5)
+    task = create(http, agent_slug="cli-tools", policy={"tools": {"allow": ["WebFetch"]}})
+    assert task["policy"]["tools"]["allow"] == ["Read"]  # the project's deny won
+    asked = bloom("policy", "set", "cli-tools", "--ask", "Bash", "--url", runtime.url)
+    assert asked.exit_code == 1
+    assert "approvals are not available yet" in asked.stderr
+    bad = bloom("policy", "set", "cli-tools", "--deny", "Bash(", "--url", runtime.url)
+    assert bad.exit_code == 1
+    assert "Bash(" in bad.stderr
+    removed = bloom("policy", "remove", "cli-tools", "--url", runtime.url)
+    assert removed.exit_code == 0, removed.output
+    assert bloom("policy", "show", "cli-tools", "--url", runtime.url).exit_code == 1
+
+
 @pytest.fixture
 def keyed_runtime(sqlite_template: Path, tmp_path: Path) -> Iterator[RuntimeProcess]:
     process = RuntimeProcess(

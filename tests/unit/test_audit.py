@@ -11,6 +11,7 @@ from bloom.domain.audit import (
     managed_project_audit,
     project_audit,
     task_audit,
+    tool_policy_audit,
     worker_audit,
 )
 from bloom.domain.models import Lease
@@ -52,6 +53,7 @@ def test_every_builders_entity_type_is_one_the_audit_page_offers_as_a_filter() -
         config_audit(AuditAction.CONFIG_UPDATED, now=5, actor="a", detail=""),
         project_audit(AuditAction.LEADERSHIP_PROMOTE, "c1", now=5, actor="a", detail=""),
         budget_audit(AuditAction.BUDGET_WARNING, "p1", now=5, actor="a", detail="", task_id="t1"),
+        tool_policy_audit(AuditAction.TOOL_POLICY_SET, "p1", now=5, actor="a", detail=""),
         managed_project_audit(AuditAction.PROJECT_CREATED, "p1", now=5, actor="a", detail=""),
         lockout_audit(LOCKED_USERNAME, "ada", now=5, actor="198.51.100.1", detail=""),
         lockout_audit(LOCKED_ADDRESS, "198.51.100.1", now=5, actor="198.51.100.1", detail=""),

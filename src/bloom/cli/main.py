@@ -52,6 +52,11 @@ class BloomGroup(LazyGroup):
             "budget", "bloom.cli.budget:app", "Budgets per project: daily and monthly, in USD."
         ),
         LazyCommand(
+            "policy",
+            "bloom.cli.policy:app",
+            "Tool policies per project: what its tasks' agents may do (allow, deny, mode).",
+        ),
+        LazyCommand(
             "worker",
             "bloom.cli.worker:app",
             "Workers: run one here, list the runtime's, approve their URLs, a node's agent key.",

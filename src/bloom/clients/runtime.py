@@ -234,6 +234,17 @@ class RuntimeClient:
     async def remove_budget(self, project: str) -> None:
         await self._call("DELETE", f"/budgets/{quote(project, safe='')}")
 
+    async def tool_policy(self, project: str) -> Mapping[str, Any]:
+        """A project's default tool policy (`GET /tool-policies/{project}`)."""
+        return await self._parsed(_object, "GET", f"/tool-policies/{quote(project, safe='')}")
+
+    async def set_tool_policy(self, project: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        path = f"/tool-policies/{quote(project, safe='')}"
+        return await self._parsed(_object, "PUT", path, body=body)
+
+    async def remove_tool_policy(self, project: str) -> None:
+        await self._call("DELETE", f"/tool-policies/{quote(project, safe='')}")
+
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 

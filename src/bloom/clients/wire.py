@@ -14,6 +14,7 @@ from bloom.clients.fields import Fields, WireError
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.tool_policy import ToolPolicy
 from bloom.domain.workspace import (
     PATCH_ARTIFACT,
     WorkspaceProblem,
@@ -33,6 +34,8 @@ class Policy:
     budget: float = 0.0
     stall_sec: int | None = None
     on_stall: str | None = None
+    tools: ToolPolicy | None = None
+    """The task's effective tool policy (its project's merged in at create), if any."""
 
     @classmethod
     def from_json(cls, data: Raw, where: str = "") -> Self:
@@ -42,7 +45,21 @@ class Policy:
             budget=fields.number("budget", 0.0),
             stall_sec=fields.optional_integer("stall_sec"),
             on_stall=fields.optional_text("on_stall"),
+            tools=fields.optional_nested("tools", _tool_policy),
         )
+
+
+def _tool_policy(data: Raw, where: str = "") -> ToolPolicy:
+    fields = Fields(data, where)
+    return ToolPolicy(
+        allow=fields.texts("allow"),
+        deny=fields.texts("deny"),
+        ask=fields.texts("ask"),
+        mode=fields.optional_text("mode"),
+        max_turns=fields.optional_integer("max_turns"),
+        approval_timeout_sec=fields.optional_integer("approval_timeout_sec"),
+        on_timeout=fields.optional_text("on_timeout"),
+    )
 
 
 @dataclass(frozen=True, slots=True)

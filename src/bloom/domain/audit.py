@@ -50,6 +50,8 @@ class AuditAction(StrEnum):
     BUDGET_REMOVED = "budget_removed"
     BUDGET_WARNING = "budget_warning"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    TOOL_POLICY_SET = "tool_policy_set"
+    TOOL_POLICY_REMOVED = "tool_policy_removed"
 
 
 LOCKED_USERNAME = "username"
@@ -62,6 +64,7 @@ ENTITY_TYPES = (
     "runtime_config",
     "membridge_project",
     "budget",
+    "tool_policy",
     "managed_project",
     LOCKED_USERNAME,
     LOCKED_ADDRESS,
@@ -135,6 +138,13 @@ def project_audit(
 ) -> AuditEntry:
     """Something done to a Membridge project through the runtime's proxy."""
     return _entry(action, "membridge_project", canonical_id, now=now, actor=actor, detail=detail)
+
+
+def tool_policy_audit(
+    action: AuditAction, project: str, *, now: int, actor: str, detail: str
+) -> AuditEntry:
+    """Something done to a project's default tool policy."""
+    return _entry(action, "tool_policy", project, now=now, actor=actor, detail=detail)
 
 
 def budget_audit(

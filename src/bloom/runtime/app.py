@@ -20,6 +20,7 @@ from bloom.runtime.api import (
     records,
     system,
     tasks,
+    tool_policies,
     usage,
     workers,
 )
@@ -94,6 +95,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         records,
         usage,
         budgets,
+        tool_policies,
         membridge,
         projects,
         metrics,

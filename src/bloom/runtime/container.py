@@ -36,6 +36,7 @@ from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.signals import EventSignal, QueueSignal
 from bloom.runtime.services.state_log import log_state_changes
 from bloom.runtime.services.tasks import TaskService
+from bloom.runtime.services.tool_policies import ToolPolicyService
 from bloom.runtime.services.usage import UsageService
 from bloom.runtime.services.worker_sync import WorkerSync
 from bloom.runtime.services.workers import WorkerService
@@ -82,6 +83,7 @@ class Container:
     history: HistoryService
     usage: UsageService
     budgets: BudgetService
+    tool_policies: ToolPolicyService
     dispatcher: Dispatcher
     agents: AgentOps
     projects: ProjectService
@@ -257,6 +259,7 @@ def build_container(
         history=HistoryService(db, clock),
         usage=UsageService(db, clock),
         budgets=BudgetService(db, signal, clock, releases),
+        tool_policies=ToolPolicyService(db, clock),
         dispatcher=Dispatcher(
             db,
             leases,

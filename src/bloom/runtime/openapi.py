@@ -60,6 +60,8 @@ ERRORS: Declared = {
         "400": "Neither limit given, or a limit out of range",
     },
     ("DELETE", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
+    ("GET", "/api/runtime/tool-policies/{project}"): {"404": "No tool policy for this project"},
+    ("DELETE", "/api/runtime/tool-policies/{project}"): {"404": "No tool policy for this project"},
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},
     ("POST", f"{WORKER}/approve-url"): {
         "404": "No such worker",

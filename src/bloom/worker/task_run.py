@@ -17,7 +17,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from bloom.clients.wire import (
     TaskInfo,
 )
 from bloom.domain.retry import ErrorCode
+from bloom.domain.tool_policy import ToolPolicy, cli_args
 from bloom.worker import metrics
 from bloom.worker.claude import ClaudeProcess, Gate, Invocation, known_agent
 from bloom.worker.claude_env import child_environment
@@ -64,6 +65,42 @@ again after this, on a worker whose credentials work."""
 GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
 PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
 """Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
+
+
+def claude_args(fleet: Sequence[str], tools: ToolPolicy | None, *, workspace: bool) -> list[str]:
+    """The CLI's arguments beyond the worker's own: BLOOM_CLAUDE_ARGS (`fleet`), then the
+    task's tool policy as the CLI's flags (docs/approvals.md).
+
+    Rules add up with the fleet's (repeated --allowedTools/--disallowedTools are unions, and
+    the CLI's deny wins over any allow, even under bypassPermissions). A task's own mode wins:
+    the fleet's --permission-mode and --dangerously-skip-permissions are dropped then (the CLI
+    would keep bypassing under the latter whatever mode follows). Without one, a workspace task
+    runs in acceptEdits unless the fleet says otherwise (headless: else no edit is allowed)."""
+    args = list(fleet)
+    if tools is not None and tools.mode is not None:
+        args = _without_permission_mode(args)
+    elif workspace and not any(_option(arg) in PERMISSIONS_SET for arg in args):
+        args += ["--permission-mode", "acceptEdits"]
+    return args + (cli_args(tools) if tools is not None else [])
+
+
+def _option(arg: str) -> str:
+    return arg.partition("=")[0] if arg.startswith("--") else arg
+
+
+def _without_permission_mode(args: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--permission-mode":
+            skip = True
+        elif _option(arg) not in PERMISSIONS_SET:
+            kept.append(arg)
+    return kept
+
+
 FENCED = frozenset({403, 404, 409})
 """Answers that mean the lease is not (or no longer) this worker's."""
 
@@ -397,9 +434,7 @@ class TaskRun:
         context = resolve_hints(list(task.context_hints), settings.project_dir)
         workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
-        extra = list(settings.claude_args)
-        if self.cwd is not None and not any(arg in PERMISSIONS_SET for arg in extra):
-            extra += ["--permission-mode", "acceptEdits"]  # headless: else no edit is allowed
+        extra = claude_args(settings.claude_args, task.policy.tools, workspace=self.cwd is not None)
         slug = task.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents"]
         if settings.project_dir:

@@ -17,6 +17,7 @@ from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.projects import ProjectService
 from bloom.runtime.services.records import RecordService
 from bloom.runtime.services.tasks import TaskService
+from bloom.runtime.services.tool_policies import ToolPolicyService
 from bloom.runtime.services.usage import UsageService
 from bloom.runtime.services.workers import WorkerService
 from bloom.runtime.services.workspaces import WorkspaceService
@@ -80,6 +81,10 @@ async def _budgets(request: Request) -> BudgetService:
     return app_container(request).budgets
 
 
+async def _tool_policies(request: Request) -> ToolPolicyService:
+    return app_container(request).tool_policies
+
+
 async def _projects(request: Request) -> ProjectService:
     return app_container(request).projects
 
@@ -122,4 +127,5 @@ Credentials = Annotated[CredentialService, Depends(_credentials)]
 Usage = Annotated[UsageService, Depends(_usage)]
 Budgets = Annotated[BudgetService, Depends(_budgets)]
 Projects = Annotated[ProjectService, Depends(_projects)]
+ToolPolicies = Annotated[ToolPolicyService, Depends(_tool_policies)]
 AppContainer = Annotated[Container, Depends(container)]

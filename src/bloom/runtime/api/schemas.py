@@ -37,6 +37,15 @@ from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.stall import MAX_STALL_SEC, MIN_STALL_SEC, OnStall, stall_sec_problem
 from bloom.domain.states import ResultStatus, WorkerStatus
+from bloom.domain.tool_policy import (
+    MAX_APPROVAL_TIMEOUT_SEC,
+    MAX_RULE_CHARS,
+    MAX_RULES,
+    MAX_TURNS,
+    Mode,
+    ToolPolicy,
+    rules_problem,
+)
 from bloom.domain.usage import MAX_MODEL_CHARS, UsageGroup, UsageRow, UsageSums
 from bloom.domain.workspace import (
     MAX_BRANCH_CHARS,
@@ -82,6 +91,67 @@ class Body(BaseModel):
         return value
 
 
+Rule = Annotated[StrictStr, Field(max_length=MAX_RULE_CHARS)]
+Rules = Annotated[list[Rule], Field(max_length=MAX_RULES)]
+Turns = Annotated[StrictInt, Field(ge=1, le=MAX_TURNS)]
+
+
+class RulesBody(Body):
+    """Tool rules in the Claude CLI's permission-rule syntax: `Bash`, `Bash(git push:*)`,
+    `WebFetch(domain:example.com)`, `Edit(src/**)`, `mcp__server__tool`."""
+
+    allow: Rules = Field(default_factory=list, description="Run without asking.")
+    deny: Rules = Field(
+        default_factory=list, description="Refused by the CLI; a project's deny always wins."
+    )
+    ask: Rules = Field(
+        default_factory=list,
+        description="Approvals are not available yet: a rule here is refused (400).",
+    )
+    mode: Mode | None = Field(
+        None,
+        description="The CLI's permission mode (bypassPermissions only where the project's "
+        "admin allowed it).",
+    )
+    max_turns: Turns | None = Field(None, description="The CLI's turn limit.")
+
+    @field_validator("allow", "deny", "ask")
+    @classmethod
+    def _rules(cls, value: list[str]) -> list[str]:
+        problem = rules_problem(value)
+        if problem:
+            raise PydanticCustomError("rule", problem)
+        return value
+
+
+class ToolsBody(RulesBody):
+    approval_timeout_sec: Annotated[StrictInt, Field(ge=1, le=MAX_APPROVAL_TIMEOUT_SEC)] | None = (
+        Field(None, description="Kept for approvals (not available yet).")
+    )
+    on_timeout: Literal["deny", "fail"] | None = Field(
+        None, description="Kept for approvals (not available yet)."
+    )
+
+    def policy(self) -> ToolPolicy:
+        return ToolPolicy(
+            allow=tuple(self.allow),
+            deny=tuple(self.deny),
+            ask=tuple(self.ask),
+            mode=self.mode,
+            max_turns=self.max_turns,
+            approval_timeout_sec=self.approval_timeout_sec,
+            on_timeout=self.on_timeout,
+        )
+
+
+class ToolPolicyBody(RulesBody):
+    """A project's default tool policy (`PUT /tool-policies/{project}`)."""
+
+    allow_bypass: StrictBool = Field(
+        False, description="Whether the project's tasks may run in bypassPermissions mode."
+    )
+
+
 class PolicyBody(Body):
     timeout_sec: StrictInt = Field(DEFAULT_TIMEOUT_SEC, ge=1, le=3600)
     budget: Amount = Field(0, description="USD; 0 means no budget.")
@@ -92,6 +162,11 @@ class PolicyBody(Body):
     )
     on_stall: OnStall | None = Field(
         None, description="flag (absent: only noticed) or retry (stopped, and the task retried)."
+    )
+    tools: ToolsBody | None = Field(
+        None,
+        description="What the agent may do, merged with its project's defaults at create: "
+        "docs/approvals.md.",
     )
 
     @field_validator("stall_sec")

@@ -8,12 +8,13 @@ import orjson
 
 from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, NotFound
+from bloom.domain.errors import Conflict, InvalidField, NotFound
 from bloom.domain.ids import new_id
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.policy import DEFAULT_POLICY
 from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
+from bloom.domain.tool_policy import PolicyProblem, ToolPolicy, effective
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.services.workspaces import WorkspaceRequest, resolve
@@ -71,6 +72,19 @@ class NewTask:
         body = asdict(self)
         body.pop("idempotency_key")
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+async def _with_tools(tx: Repositories, new: NewTask) -> dict[str, Any]:
+    """The task's policy with its effective `tools`: its project's defaults merged with its own
+    (left out when neither has any). InvalidField (400) on what the merge refuses."""
+    given = new.policy.get("tools")
+    project = await tx.tool_policies.get(new.agent_slug)
+    try:
+        tools = effective(ToolPolicy.from_json(given) if given else None, project)
+    except PolicyProblem as exc:
+        raise InvalidField("policy", f"tools.{exc}") from None
+    policy = {name: value for name, value in new.policy.items() if name != "tools"}
+    return policy if tools is None else policy | {"tools": tools.to_json()}
 
 
 class TaskService:
@@ -146,7 +160,7 @@ class TaskService:
             agent_slug=new.agent_slug,
             prompt=new.prompt,
             context_hints=new.context_hints,
-            policy=new.policy,
+            policy=await _with_tools(tx, new),
             desired_format=new.desired_format,
             status=TaskStatus.QUEUED,
             created_at=now,

@@ -288,6 +288,22 @@ budgets = Table(
     Column("updated_by", Text, nullable=False),
 )
 
+# ours: a project's default tool policy (rules in the Claude CLI's syntax), set by admins and
+# merged into each of its tasks' policy at create (docs/approvals.md)
+tool_policies = Table(
+    "tool_policies",
+    metadata,
+    Column("project", Text, primary_key=True),
+    Column("allow", JSONType, nullable=False),
+    Column("deny", JSONType, nullable=False),
+    Column("ask", JSONType, nullable=False),
+    Column("mode", Text),
+    Column("max_turns", Integer),
+    Column("allow_bypass", Boolean, nullable=False, server_default=false()),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("updated_by", Text, nullable=False),
+)
+
 # ours: the queue's depth once a minute (the dashboard's history), kept for eight days
 queue_samples = Table(
     "queue_samples",

@@ -23,6 +23,7 @@ from bloom.runtime.storage.repositories.records import (
 )
 from bloom.runtime.storage.repositories.samples import SampleRepository
 from bloom.runtime.storage.repositories.tasks import TaskRepository
+from bloom.runtime.storage.repositories.tool_policies import ToolPolicyRepository
 from bloom.runtime.storage.repositories.workers import WorkerRepository
 
 _TRY_LOCK = select(func.pg_try_advisory_xact_lock(bindparam("b_key")).label("locked"))
@@ -90,6 +91,10 @@ class Repositories:
     @cached_property
     def budgets(self) -> BudgetRepository:
         return BudgetRepository(self.connection)
+
+    @cached_property
+    def tool_policies(self) -> ToolPolicyRepository:
+        return ToolPolicyRepository(self.connection)
 
     @cached_property
     def projects(self) -> ProjectRepository:
