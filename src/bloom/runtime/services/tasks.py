@@ -111,9 +111,10 @@ class TaskService:
         its row, its audit entry and whom it wakes in one statement that commits alone
         (`TaskRepository.insert_queued`)."""
         now = self.clock()
-        task = self._task(new, now)
-        entry = self._created_audit(task, now, actor)
         async with self.db.single() as tx:
+            # its project's tool policy read first: two statements, still no transaction
+            task = self._task(new, now, await _with_tools(tx, new))
+            entry = self._created_audit(task, now, actor)
             ready, keeper = await tx.tasks.insert_queued(task, entry, self.leasing.keeping(now))
             tx.audit.written(entry)
         self.signal.changed(Wake.for_tasks([keeper]) if ready else Wake(0))
@@ -142,7 +143,7 @@ class TaskService:
             if known is not None:
                 return known, False
         workspace = await resolve(tx, new.workspace, new.context_id) if new.workspace else None
-        task = self._task(new, now, workspace)
+        task = self._task(new, now, await _with_tools(tx, new), workspace)
         if not await tx.tasks.insert(task, fingerprint):
             # a concurrent create with the same key got there first
             assert new.idempotency_key is not None
@@ -153,14 +154,16 @@ class TaskService:
         return task, True
 
     @staticmethod
-    def _task(new: NewTask, now: int, workspace: dict[str, Any] | None = None) -> Task:
+    def _task(
+        new: NewTask, now: int, policy: dict[str, Any], workspace: dict[str, Any] | None = None
+    ) -> Task:
         return Task(
             id=new_id(now),
             context_id=new.context_id,
             agent_slug=new.agent_slug,
             prompt=new.prompt,
             context_hints=new.context_hints,
-            policy=await _with_tools(tx, new),
+            policy=policy,
             desired_format=new.desired_format,
             status=TaskStatus.QUEUED,
             created_at=now,
