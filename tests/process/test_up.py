@@ -108,7 +108,11 @@ def test_plan_with_the_demo_model(tmp_path):
 
 
 def test_the_banner_says_where_everything_is(tmp_path):
-    text = "\n".join(banner(options(tmp_path, demo_model=True, worker_concurrency=2)))
+    project = "demo, http://127.0.0.1:8101/git/demo.git (tasks that change it: --repo demo)"
+    text = "\n".join(banner(options(tmp_path, demo_model=True, worker_concurrency=2), project))
+    assert f"  project    {project}" in text
+    try_it = 'submit --repo demo "add a hello.txt saying hi" --wait --url http://127.0.0.1:5001'
+    assert try_it in text
     assert "dashboard  http://127.0.0.1:5001/" in text
     assert "runtime    http://127.0.0.1:5001" in text
     assert "API docs   http://127.0.0.1:5001/api/docs" in text

@@ -263,11 +263,12 @@ def demo_project(options: UpOptions) -> str:
     except httpx.HTTPError as exc:
         return f"the demo project could not be made: {exc}"
     if made.status_code in (201, 409):
-        return f"project {DEMO_REPO}: {body['repo_url']} (workspace tasks: --repo {DEMO_REPO})"
+        return f"{DEMO_REPO}, {body['repo_url']} (tasks that change it: --repo {DEMO_REPO})"
     return f"the demo project could not be made: {made.status_code} {made.text[:200]}"
 
 
-def banner(options: UpOptions) -> list[str]:
+def banner(options: UpOptions, project: str | None = None) -> list[str]:
+    """What `bloom up` says once everything is up (`project`: the demo project's line)."""
     lines = [
         click.style("BLOOM is up", bold=True),
         f"  dashboard  {options.runtime_url}/",
@@ -277,6 +278,8 @@ def banner(options: UpOptions) -> list[str]:
     ]
     if options.demo_model:
         lines.append(f"  model      {options.model_url} (demo: answers every prompt with its echo)")
+    if project is not None:
+        lines.append(f"  project    {project}")
     concurrency = (
         f" (concurrency {options.worker_concurrency})" if options.worker_concurrency else ""
     )
@@ -378,9 +381,8 @@ def run_stack(options: UpOptions, children: list[ChildSpec]) -> int:
         try:
             for spec in children:
                 supervisor.start(spec)
-            if options.demo_model:
-                supervisor.show(demo_project(options))
-            for line in banner(options):
+            project = demo_project(options) if options.demo_model else None
+            for line in banner(options, project):
                 supervisor.show(line)
             died = supervisor.wait()
         except StopRequested:
