@@ -116,6 +116,24 @@ def test_errors_are_classified(text: str, code: ErrorCode, retry_at: int | None)
     assert (outcome.error_code, outcome.retry_at, outcome.error_message) == (code, retry_at, text)
 
 
+def test_the_turn_limit_fails_the_task_without_a_retry() -> None:
+    """The pinned CLI's result when `--max-turns` stops it (seen: exit 1, `errors` set): a
+    retry would stop at the same limit, so it is not retried, and says why."""
+    stopped = result(
+        None,
+        is_error=True,
+        subtype="error_max_turns",
+        num_turns=2,
+        errors=["Reached maximum number of turns (1)"],
+    )
+    outcome = decide(report(stopped, exit_code=1), desired_format="text", budget_usd=0)
+    assert outcome.error_code is ErrorCode.FATAL
+    assert outcome.error_message == (
+        "Reached maximum number of turns (1): the task's turn limit (policy.tools.max_turns) "
+        "stopped it"
+    )
+
+
 def test_budget_timeout_cancel_and_missing_result() -> None:
     over = result(None, is_error=True, subtype="error_max_budget_usd", total_cost_usd=4.0002)
     outcome = decide(report(over, exit_code=1), desired_format="text", budget_usd=0.01)

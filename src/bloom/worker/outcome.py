@@ -193,6 +193,11 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
         return failed(
             ErrorCode.BUDGET_EXCEEDED, f"Budget exceeded: spent {spent} of ${budget_usd:g}"
         )
+    if result is not None and result.get("subtype") == "error_max_turns":
+        said = _error_text(result) or "Reached the maximum number of turns"
+        return failed(
+            ErrorCode.FATAL, f"{said}: the task's turn limit (policy.tools.max_turns) stopped it"
+        )
     if result is None:
         detail = report.stderr_tail.strip() or "no result event"
         if is_auth_failure(detail):
