@@ -439,3 +439,35 @@ async def test_a_key_header_needs_no_csrf_token_even_beside_a_login_cookie(
     task = {"context_id": "c", "agent_slug": "default", "prompt": "p"}
     both = {"Cookie": browser["Cookie"], HEADER: ADMIN_KEY}
     assert (await client.post(f"{API}/llm-tasks", json=task, headers=both)).status_code == 201
+
+
+async def test_a_workspace_history_is_read_by_its_own_worker_and_readers_only(
+    client: httpx.AsyncClient,
+) -> None:
+    """It carries patches: a worker key reads it only for a task it holds (403 another's),
+    viewers read it, nobody without a key; and only admins set a project's tool policy."""
+    credentials = client.app.state.container.credentials  # type: ignore[attr-defined]
+    admin = {HEADER: ADMIN_KEY}
+    project = {"name": "demo", "repo_url": "https://git.example/demo.git"}
+    assert (await client.post(f"{API}/projects", json=project, headers=admin)).status_code == 201
+    caps = {"max_concurrency": 1, "workspaces": True}
+    for name in ("wa", "wb"):
+        body = {"name": name, "capabilities": caps}
+        assert (await client.post(f"{API}/workers", json=body, headers=admin)).is_success
+    own = {HEADER: (await credentials.create_key("a", Role.WORKER, "wa")).secret}
+    other = {HEADER: (await credentials.create_key("b", Role.WORKER, "wb")).secret}
+    viewer = {HEADER: (await credentials.create_key("v", Role.VIEWER)).secret}
+    task = {"context_id": "c", "agent_slug": "p", "prompt": "p", "workspace": {"repo": "demo"}}
+    task_id = (await client.post(f"{API}/llm-tasks", json=task, headers=admin)).json()["id"]
+    claimed = await client.post(f"{API}/workers/wa/claim", json={"wait_seconds": 0}, headers=own)
+    assert claimed.json()["task"]["id"] == task_id
+    path = f"{API}/llm-tasks/{task_id}/workspace"
+    assert (await client.get(path, headers=own)).status_code == 200
+    assert (await client.get(path, headers=other)).status_code == 403
+    assert (await client.get(path, headers=viewer)).status_code == 200
+    assert (await client.get(path)).status_code == 401
+    policy = {"deny": ["Bash"]}
+    for who in (own, viewer):
+        put = await client.put(f"{API}/tool-policies/p", json=policy, headers=who)
+        assert put.status_code == 403
+    assert (await client.put(f"{API}/tool-policies/p", json=policy, headers=admin)).is_success
