@@ -17,6 +17,7 @@ from bloom.worker.claude import Invocation, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.echo_model import Script, next_tool_call, tool_results
+from bloom.worker.outbox import MAX_BATCH, MAX_BATCH_BYTES, EventOutbox, _batch, _bounded
 from bloom.worker.outcome import (
     Outcome,
     RunReport,
@@ -27,16 +28,7 @@ from bloom.worker.outcome import (
 )
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
-from bloom.worker.task_run import (
-    MAX_BATCH,
-    MAX_BATCH_BYTES,
-    EventOutbox,
-    Features,
-    Pause,
-    TaskRun,
-    _batch,
-    _bounded,
-)
+from bloom.worker.task_run import Features, Pause, TaskRun
 from tests.support.wire import complete_reply, grant, grant_json, lease_json
 
 

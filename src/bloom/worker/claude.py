@@ -18,11 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bloom.domain.tool_policy import ToolPolicy, cli_args
 from bloom.worker.outcome import RunReport
 
 BUILTIN_AGENTS = frozenset({"claude", "Explore", "general-purpose", "Plan", "statusline-setup"})
@@ -233,3 +234,41 @@ class ClaudeProcess:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
+"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
+
+
+def claude_args(fleet: Sequence[str], tools: ToolPolicy | None, *, workspace: bool) -> list[str]:
+    """The CLI's arguments beyond the worker's own: BLOOM_CLAUDE_ARGS (`fleet`), then the
+    task's tool policy as the CLI's flags (docs/approvals.md).
+
+    Rules add up with the fleet's (repeated --allowedTools/--disallowedTools are unions, and
+    the CLI's deny wins over any allow, even under bypassPermissions). A task's own mode wins:
+    the fleet's --permission-mode and --dangerously-skip-permissions are dropped then (the CLI
+    would keep bypassing under the latter whatever mode follows). Without one, a workspace task
+    runs in acceptEdits unless the fleet says otherwise (headless: else no edit is allowed)."""
+    args = list(fleet)
+    if tools is not None and tools.mode is not None:
+        args = _without_permission_mode(args)
+    elif workspace and not any(_option(arg) in PERMISSIONS_SET for arg in args):
+        args += ["--permission-mode", "acceptEdits"]
+    return args + (cli_args(tools) if tools is not None else [])
+
+
+def _option(arg: str) -> str:
+    return arg.partition("=")[0] if arg.startswith("--") else arg
+
+
+def _without_permission_mode(args: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--permission-mode":
+            skip = True
+        elif _option(arg) not in PERMISSIONS_SET:
+            kept.append(arg)
+    return kept

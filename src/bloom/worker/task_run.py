@@ -13,11 +13,10 @@ ends a task and may start the next.
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,11 +33,11 @@ from bloom.clients.wire import (
     TaskInfo,
 )
 from bloom.domain.retry import ErrorCode
-from bloom.domain.tool_policy import ToolPolicy, cli_args
 from bloom.worker import metrics
-from bloom.worker.claude import ClaudeProcess, Gate, Invocation, known_agent
+from bloom.worker.claude import ClaudeProcess, Gate, Invocation, claude_args, known_agent
 from bloom.worker.claude_env import child_environment
 from bloom.worker.conversations import ConversationBook
+from bloom.worker.outbox import FENCED, MAX_BATCH_BYTES, EventOutbox, LeaseLost
 from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
@@ -49,64 +48,15 @@ T = TypeVar("T")
 log = structlog.get_logger("bloom.worker")
 
 FLUSH_SEC = 0.5
-MAX_BATCH = 500
-MAX_BATCH_BYTES = 1024 * 1024
-"""Well under the runtime's request body limit (BLOOM_MAX_BODY_BYTES, 5 MiB by default)."""
 COMPLETE_BYTES = 4 * 1024 * 1024
 """A complete's output, error, patch and events together stay within this (the body limit, 5
 MiB by default): the events that would not fit are posted before it."""
-MAX_EVENT_BYTES = 60 * 1024
-MAX_BUFFERED = 5000
 NO_CONVERSATION = "No conversation found"
 USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
 GIVEN_BACK_DELAY_MS = 1000
 """A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
 again after this, on a worker whose credentials work."""
 GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."
-PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
-"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
-
-
-def claude_args(fleet: Sequence[str], tools: ToolPolicy | None, *, workspace: bool) -> list[str]:
-    """The CLI's arguments beyond the worker's own: BLOOM_CLAUDE_ARGS (`fleet`), then the
-    task's tool policy as the CLI's flags (docs/approvals.md).
-
-    Rules add up with the fleet's (repeated --allowedTools/--disallowedTools are unions, and
-    the CLI's deny wins over any allow, even under bypassPermissions). A task's own mode wins:
-    the fleet's --permission-mode and --dangerously-skip-permissions are dropped then (the CLI
-    would keep bypassing under the latter whatever mode follows). Without one, a workspace task
-    runs in acceptEdits unless the fleet says otherwise (headless: else no edit is allowed)."""
-    args = list(fleet)
-    if tools is not None and tools.mode is not None:
-        args = _without_permission_mode(args)
-    elif workspace and not any(_option(arg) in PERMISSIONS_SET for arg in args):
-        args += ["--permission-mode", "acceptEdits"]
-    return args + (cli_args(tools) if tools is not None else [])
-
-
-def _option(arg: str) -> str:
-    return arg.partition("=")[0] if arg.startswith("--") else arg
-
-
-def _without_permission_mode(args: list[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--permission-mode":
-            skip = True
-        elif _option(arg) not in PERMISSIONS_SET:
-            kept.append(arg)
-    return kept
-
-
-FENCED = frozenset({403, 404, 409})
-"""Answers that mean the lease is not (or no longer) this worker's."""
-
-
-class LeaseLost(Exception):
-    """The runtime refused the lease: this worker must stop working on the task."""
 
 
 @dataclass(slots=True)
@@ -163,88 +113,6 @@ class Pause:
 
     def remaining_sec(self) -> float:
         return max(0.0, self.until_ms / 1000 - time.time())
-
-
-def _bounded(kind: str, data: Any) -> dict[str, Any]:
-    """An event small enough for the runtime; a huge one keeps its kind and a preview."""
-    text = json.dumps(data, default=str)
-    if len(text) <= MAX_EVENT_BYTES:
-        return {"type": kind, "data": data}
-    inner = data.get("type") if isinstance(data, dict) else None
-    return {"type": kind, "data": {"type": inner, "truncated": True, "preview": text[:4000]}}
-
-
-class EventOutbox:
-    """Events waiting to be posted, in order; kept across a runtime outage, within a bound."""
-
-    def __init__(self, client: RuntimeClient, task_id: str, lease_id: str, worker_id: str):
-        self.client = client
-        self.ids = (task_id, lease_id, worker_id)
-        self.pending: list[dict[str, Any]] = []
-        self.dropped = 0
-
-    async def add(self, kind: str, data: Any) -> None:
-        if len(self.pending) >= MAX_BUFFERED:
-            self.pending.pop(0)
-            self.dropped += 1
-        self.pending.append(_bounded(kind, data))
-
-    async def flush(self) -> None:
-        """Post what is pending; raises LeaseLost when the runtime refuses the lease."""
-        while self.pending and await self._post_first():
-            pass
-
-    async def _post_first(self) -> bool:
-        """Post the first batch of what is pending; False when it is kept for later (the
-        runtime unreachable or restarting). Raises LeaseLost when the runtime refuses the
-        lease."""
-        batch = _batch(self.pending)
-        try:
-            await self.client.send_events(*self.ids, batch)
-        except RuntimeUnreachable:
-            return False  # kept; the next flush tries again
-        except RuntimeApiError as exc:
-            if exc.status in FENCED:
-                raise LeaseLost(exc.message) from None
-            if exc.status >= 500:
-                return False  # the runtime restarting (a proxy's 502, 503): kept, tried again
-            log.warning("events_rejected", task_id=self.ids[0], error=exc.message)
-        del self.pending[: len(batch)]
-        return True
-
-    async def last(self, room: int) -> list[dict[str, Any]]:
-        """What is pending, taken to go with the complete: its last events, at most MAX_BATCH
-        in `room` bytes; any before them are posted first (raises LeaseLost as `flush`). Those
-        a post could not take (the runtime unreachable meanwhile) are left behind, as a last
-        flush before a complete would leave them."""
-        keep = _fitting_tail(self.pending, room)
-        taken = self.pending[len(self.pending) - keep :]
-        del self.pending[len(self.pending) - keep :]
-        await self.flush()
-        if self.pending:
-            log.warning("events_left_behind", task_id=self.ids[0], count=len(self.pending))
-        self.pending = []
-        return taken
-
-
-def _fitting_tail(pending: list[dict[str, Any]], room: int) -> int:
-    """How many of the last events fit in `room` bytes, at most MAX_BATCH of them."""
-    size = 0
-    for count, event in enumerate(reversed(pending[-MAX_BATCH:])):
-        size += len(json.dumps(event, default=str))
-        if size > room:
-            return count
-    return min(len(pending), MAX_BATCH)
-
-
-def _batch(pending: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first events, at most MAX_BATCH of them and about MAX_BATCH_BYTES (at least one)."""
-    size = 0
-    for count, event in enumerate(pending[:MAX_BATCH]):
-        size += len(json.dumps(event, default=str))
-        if size > MAX_BATCH_BYTES and count:
-            return pending[:count]
-    return pending[:MAX_BATCH]
 
 
 class TaskRun:

@@ -151,18 +151,8 @@ class EndRepository(Repository):
         actor are the lease's. The task as moved on and the lease as ended, or None (nothing
         written)."""
         keys = tuple(sorted(values))
-        params: dict[str, Any] = {f"v_{key}": values[key] for key in keys}
-        params |= {
-            "b_task": task_id,
-            "b_lease": lease_id,
-            "b_worker": worker_id,
-            "b_now": now,
-            "b_lease_status": LeaseStatus.RELEASED.value,
-        }
-        params |= {f"r_{k}": v for k, v in entity_values(result, RESULT_COLUMNS).items()}
-        params |= {f"a_{k}": v for k, v in entity_values(audit, AUDIT_COLUMNS).items()}
-        if artifact is not None:
-            params |= {f"f_{k}": v for k, v in entity_values(artifact, ARTIFACT_COLUMNS).items()}
+        params = _end_params(task_id, lease_id, now, values, result, artifact, audit)
+        params["b_worker"] = worker_id
         for name in ("r_worker_id", "a_actor"):  # the lease's, in the statement
             params.pop(name)
         rows = await self.run(_success_statement(keys, artifact is not None), params)
@@ -191,16 +181,31 @@ class EndRepository(Repository):
         `result`, `artifact` and `audit` inserted, in one statement; the task as moved on, or
         None (nothing written) when the lease is no longer live or the task's."""
         keys = tuple(sorted(values))
-        params: dict[str, Any] = {f"v_{key}": values[key] for key in keys}
-        params |= {
-            "b_task": task_id,
-            "b_lease": lease_id,
-            "b_now": now,
-            "b_lease_status": LeaseStatus.RELEASED.value,
-        }
-        params |= {f"r_{k}": v for k, v in entity_values(result, RESULT_COLUMNS).items()}
-        params |= {f"a_{k}": v for k, v in entity_values(audit, AUDIT_COLUMNS).items()}
-        if artifact is not None:
-            params |= {f"f_{k}": v for k, v in entity_values(artifact, ARTIFACT_COLUMNS).items()}
+        params = _end_params(task_id, lease_id, now, values, result, artifact, audit)
         rows = await self.run(_end_statement(keys, artifact is not None), params)
         return to_entity(Task, rows[0]) if rows else None
+
+
+def _end_params(
+    task_id: str,
+    lease_id: str,
+    now: int,
+    values: dict[str, Any],
+    result: Result,
+    artifact: Artifact | None,
+    audit: AuditEntry,
+) -> dict[str, Any]:
+    """An end statement's parameters: the task's new `values` (`v_`), the lease released, and
+    the rows it inserts: result (`r_`), audit entry (`a_`), artifact (`f_`)."""
+    params: dict[str, Any] = {f"v_{key}": value for key, value in values.items()}
+    params |= {
+        "b_task": task_id,
+        "b_lease": lease_id,
+        "b_now": now,
+        "b_lease_status": LeaseStatus.RELEASED.value,
+    }
+    params |= {f"r_{k}": v for k, v in entity_values(result, RESULT_COLUMNS).items()}
+    params |= {f"a_{k}": v for k, v in entity_values(audit, AUDIT_COLUMNS).items()}
+    if artifact is not None:
+        params |= {f"f_{k}": v for k, v in entity_values(artifact, ARTIFACT_COLUMNS).items()}
+    return params
