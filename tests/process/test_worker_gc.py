@@ -35,12 +35,7 @@ def test_gc_removes_what_the_retention_says_and_nothing_else(tmp_path: Path) -> 
     os.utime(outside, (two_days_ago, two_days_ago))
     (root / "trees" / "demo" / "bloom~link").symlink_to(outside)
 
-    done = subprocess.run(
-        [sys.executable, "-m", "bloom.cli.main", "worker", "gc", "--work-dir", str(work),
-         "--name", "w1"],
-        capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "BLOOM_WORKER_WORKSPACE_MIN_FREE_MB": "0"},
-    )  # fmt: skip
+    done = gc(work)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(old.resolve())]
     assert "1 worktree removed" in done.stderr
@@ -52,3 +47,16 @@ def test_gc_removes_what_the_retention_says_and_nothing_else(tmp_path: Path) -> 
     assert str(fresh) in listed
     # the branch's commits stay in the mirror
     assert git("-C", str(mirror), "rev-parse", "bloom/old").strip()
+    again = gc(work)  # nothing left to remove: still a clean exit
+    assert (again.returncode, again.stdout) == (0, ""), again.stderr
+    assert "0 worktrees removed" in again.stderr
+
+
+def gc(work: Path) -> subprocess.CompletedProcess[str]:
+    """`bloom worker gc` as an operator (or a cron job) runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "bloom.cli.main", "worker", "gc", "--work-dir", str(work),
+         "--name", "w1"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "BLOOM_WORKER_WORKSPACE_MIN_FREE_MB": "0"},
+    )  # fmt: skip
