@@ -512,6 +512,31 @@ async def test_live_output_waits_out_a_restarting_runtime_behind_its_proxy() -> 
     assert posted == [2, 2, 2, 1]
 
 
+async def test_a_flush_abandoned_by_its_caller_still_takes_its_batch_out() -> None:
+    """The keeper is cancelled when the CLI ends, perhaps while its flush is being answered:
+    the events the runtime stored then are not posted again, nor handed to the complete."""
+    stored: list[str] = []
+    answer = asyncio.Event()
+
+    async def runtime(request: httpx.Request) -> httpx.Response:
+        events = json.loads(request.content)["events"]
+        stored.extend(event["data"] for event in events)  # stored before the answer is sent
+        await answer.wait()
+        return httpx.Response(200, json={"task_id": "t1", "last_seq": 1, "accepted": 1})
+
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        outbox = EventOutbox(client, "t1", "l1", "w1")
+        await outbox.add("text", "a")
+        keeper = asyncio.create_task(outbox.flush())
+        while not stored:
+            await asyncio.sleep(0.001)
+        keeper.cancel()  # the CLI ended: the keeper stops mid-post
+        await outbox.add("text", "b")
+        asyncio.get_running_loop().call_later(0.05, answer.set)
+        taken = await outbox.last(room=10_000)
+    assert stored + [event["data"] for event in taken] == ["a", "b"]  # each once, in order
+
+
 async def test_a_refused_complete_is_not_retried(tmp_path: Path) -> None:
     calls = 0
 

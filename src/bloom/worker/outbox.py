@@ -2,6 +2,7 @@
 posted in batches, the last of them handed to the complete; and the fence: an answer that says
 the lease is no longer this worker's."""
 
+import asyncio
 import json
 from typing import Any
 
@@ -42,6 +43,8 @@ class EventOutbox:
         self.ids = (task_id, lease_id, worker_id)
         self.pending: list[dict[str, Any]] = []
         self.dropped = 0
+        self._posting = asyncio.Lock()
+        """One post at a time: a batch leaves `pending` only once the runtime has answered it."""
 
     async def add(self, kind: str, data: Any) -> None:
         if len(self.pending) >= MAX_BUFFERED:
@@ -50,7 +53,18 @@ class EventOutbox:
         self.pending.append(_bounded(kind, data))
 
     async def flush(self) -> None:
-        """Post what is pending; raises LeaseLost when the runtime refuses the lease."""
+        """Post what is pending; raises LeaseLost when the runtime refuses the lease.
+
+        A caller cancelled meanwhile (the keeper, when the CLI ends) leaves the flush to finish
+        on its own: a batch the runtime may already have stored is never left pending, to be
+        posted a second time by the next flush, which waits for it."""
+        await asyncio.shield(self._flush())
+
+    async def _flush(self) -> None:
+        async with self._posting:
+            await self._post_pending()
+
+    async def _post_pending(self) -> None:
         while self.pending and await self._post_first():
             pass
 
@@ -77,13 +91,14 @@ class EventOutbox:
         in `room` bytes; any before them are posted first (raises LeaseLost as `flush`). Those
         a post could not take (the runtime unreachable meanwhile) are left behind, as a last
         flush before a complete would leave them."""
-        keep = _fitting_tail(self.pending, room)
-        taken = self.pending[len(self.pending) - keep :]
-        del self.pending[len(self.pending) - keep :]
-        await self.flush()
-        if self.pending:
-            log.warning("events_left_behind", task_id=self.ids[0], count=len(self.pending))
-        self.pending = []
+        async with self._posting:  # after a post in flight has taken its batch out
+            keep = _fitting_tail(self.pending, room)
+            taken = self.pending[len(self.pending) - keep :]
+            del self.pending[len(self.pending) - keep :]
+            await self._post_pending()
+            if self.pending:
+                log.warning("events_left_behind", task_id=self.ids[0], count=len(self.pending))
+            self.pending = []
         return taken
 
 
