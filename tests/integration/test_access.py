@@ -113,6 +113,7 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
         .replace("{key_id}", "k1")
         .replace("{username}", "vera")
         .replace("{project_id}", "p1")
+        .replace("{approval_id}", "a1")
     )
     lease = {"lease_id": world.lease_id}
     bodies: dict[tuple[str, str], dict[str, Any]] = {
@@ -127,6 +128,7 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"): lease
         | {"events": [{"type": "note", "data": {}}]},
         ("POST", f"{API}/config"): {"membridge_server_url": "http://127.0.0.1:9", "admin_key": "k"},
+        ("POST", f"{API}/approvals/{{approval_id}}/decision"): {"decision": "approve"},
     }
     if (method, path) == ("GET", f"{API}/llm-tasks/{{task_id}}/events"):
         url += "?follow=false"
@@ -369,6 +371,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"),
         ("GET", f"{API}/llm-tasks/{{task_id}}/events"),
         ("GET", f"{API}/llm-tasks/{{task_id}}/workspace"),  # its own task's branch
+        ("GET", f"{API}/llm-tasks/{{task_id}}/decisions"),  # its own task's approvals
     }
     for (method, path), access in RULES.items():
         if method != "GET" and access is not Access.ADMIN and Role.WORKER not in access.value:
@@ -376,6 +379,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
                 ("POST", "/login"),
                 ("POST", "/logout"),
                 ("POST", f"{API}/test-connection"),
+                ("POST", f"{API}/approvals/{{approval_id}}/decision"),  # approvers decide
             }
     public = {route for route, access in RULES.items() if access is Access.PUBLIC}
     assert all(

@@ -1,6 +1,6 @@
 """Tool policies (issue 33, step 1) on both databases: a task's `policy.tools` checked (a bad
 rule is a 400 naming it), merged at create with its project's defaults (deny wins), bypass only
-where allowed, `ask` refused until approvals exist; the routes, their audit, and the worker's
+where allowed, `ask` rules merged; the routes, their audit, and the worker's
 view of the stored policy."""
 
 from typing import Any
@@ -85,12 +85,14 @@ async def test_a_bad_rule_is_a_400_naming_the_field_and_the_rule(
     assert (await client.get(f"{API}/llm-tasks")).json() == []
 
 
-async def test_ask_is_refused_until_approvals_exist(client: httpx.AsyncClient) -> None:
-    errors = policy_errors(await post_task(client, {"ask": ["Bash"]}))
-    assert "approvals are not available yet" in errors[0]
-    refused = await client.put(f"{API}/tool-policies/alpha", json={"ask": ["Bash"]})
-    assert "approvals are not available yet" in policy_errors(refused)[0]
-    assert (await client.get(f"{API}/llm-tasks")).json() == []
+async def test_ask_rules_are_taken_from_the_task_and_the_project(
+    client: httpx.AsyncClient,
+) -> None:
+    await put_policy(client, "alpha", ask=["WebFetch"])
+    response = await post_task(client, {"ask": ["Bash(git push:*)"], "on_timeout": "fail"})
+    assert response.status_code == 201, response.text
+    tools = response.json()["policy"]["tools"]
+    assert (tools["ask"], tools["on_timeout"]) == (["WebFetch", "Bash(git push:*)"], "fail")
 
 
 async def test_project_defaults_merge_and_the_projects_deny_wins(

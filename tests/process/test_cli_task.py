@@ -443,8 +443,8 @@ def test_policy_set_show_remove_and_a_task_gets_the_defaults(runtime, http):
     task = create(http, agent_slug="cli-tools", policy={"tools": {"allow": ["WebFetch"]}})
     assert task["policy"]["tools"]["allow"] == ["Read"]  # the project's deny won
     asked = bloom("policy", "set", "cli-tools", "--ask", "Bash", "--url", runtime.url)
-    assert asked.exit_code == 1
-    assert "approvals are not available yet" in asked.stderr
+    assert asked.exit_code == 0, asked.output
+    assert "ask: Bash" in asked.stdout
     bad = bloom("policy", "set", "cli-tools", "--deny", "Bash(", "--url", runtime.url)
     assert bad.exit_code == 1
     assert "Bash(" in bad.stderr

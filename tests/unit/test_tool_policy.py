@@ -4,12 +4,12 @@ flags made from the result (docs/approvals.md)."""
 import pytest
 
 from bloom.domain.tool_policy import (
-    ASK_UNAVAILABLE,
     MAX_RULE_CHARS,
     MAX_RULES,
     PolicyProblem,
     ProjectToolPolicy,
     ToolPolicy,
+    asks,
     cli_args,
     effective,
     rule_problem,
@@ -143,10 +143,11 @@ def test_bypass_only_where_the_project_allows_it() -> None:
     assert "allow_bypass" in (project(mode="bypassPermissions").problem() or "")
 
 
-def test_ask_is_refused_until_approvals_exist_unless_denied_anyway() -> None:
-    with pytest.raises(PolicyProblem, match="approvals are not available yet"):
-        effective(ToolPolicy(ask=("Bash",)), None)
-    assert project(ask=("Bash",)).problem() == ASK_UNAVAILABLE
+def test_ask_rules_are_kept_unless_denied_anyway() -> None:
+    merged = effective(ToolPolicy(ask=("Bash(git push:*)",)), project(ask=("WebFetch",)))
+    assert merged is not None
+    assert merged.ask == ("WebFetch", "Bash(git push:*)")
+    assert project(ask=("Bash",)).problem() is None
     # an ask rule the project denies outright asks nothing: it is dropped
     merged = effective(ToolPolicy(ask=("Bash(rm:*)",)), project(deny=("Bash",)))
     assert merged is not None
@@ -221,3 +222,27 @@ def test_a_workspace_task_without_a_mode_runs_in_accept_edits() -> None:
         "--permission-mode",
         "plan",
     ]
+
+
+@pytest.mark.parametrize(
+    ("rule", "tool", "tool_input", "expected"),
+    [
+        ("Bash", "Bash", {"command": "ls"}, True),
+        ("Bash", "Edit", {"file_path": "a"}, False),
+        ("Bash(git push:*)", "Bash", {"command": "git push origin main"}, True),
+        ("Bash(git push:*)", "Bash", {"command": "git status && git push"}, True),
+        ("Bash(git push:*)", "Bash", {"command": "echo $(git push -f)"}, True),
+        ("Bash(git push:*)", "Bash", {"command": "git status"}, False),
+        ("Bash(npm test)", "Bash", {"command": "npm test"}, True),
+        ("Bash(npm test)", "Bash", {"command": "npm install"}, False),
+        ("WebFetch(domain:example.com)", "WebFetch", {"url": "https://api.example.com/x"}, True),
+        ("WebFetch(domain:example.com)", "WebFetch", {"url": "https://example.org/x"}, False),
+        ("Edit(src/**)", "Edit", {"file_path": "/work/repo/src/a/b.py"}, True),
+        ("Edit(src/**)", "Edit", {"file_path": "/work/repo/docs/a.md"}, False),
+        ("Write(*.env)", "Write", {"file_path": "/w/.env", "content": "x"}, True),
+    ],
+)
+def test_asks_errs_towards_asking(
+    rule: str, tool: str, tool_input: dict[str, str], expected: bool
+) -> None:
+    assert asks(rule, tool, tool_input) is expected

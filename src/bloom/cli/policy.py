@@ -25,7 +25,7 @@ def set_policy(
     deny: Rules = None,
     ask: Annotated[
         list[str] | None,
-        typer.Option(metavar="RULE", help="Approvals are not available yet: refused."),
+        typer.Option(metavar="RULE", help="Wait for a person's decision (bloom approvals)."),
     ] = None,
     mode: Annotated[
         str | None, typer.Option(help="default, acceptEdits, plan or bypassPermissions.")

@@ -52,6 +52,10 @@ class AuditAction(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     TOOL_POLICY_SET = "tool_policy_set"
     TOOL_POLICY_REMOVED = "tool_policy_removed"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_APPROVED = "approval_approved"
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_EXPIRED = "approval_expired"
 
 
 LOCKED_USERNAME = "username"

@@ -11,6 +11,8 @@ class Role(StrEnum):
     """Register, claim, heartbeat, send events and complete, for its own worker and leases only."""
     VIEWER = "viewer"
     """Read-only."""
+    APPROVER = "approver"
+    """Reads as a viewer does, and decides approvals (docs/approvals.md)."""
 
 
 class Kind(StrEnum):

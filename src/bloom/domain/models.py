@@ -8,6 +8,7 @@ the API serialises them as they are.
 from dataclasses import dataclass, field
 from typing import Any
 
+from bloom.domain.approvals import PendingCall
 from bloom.domain.states import (
     CloneStatus,
     LeaseStatus,
@@ -220,3 +221,5 @@ class Completion:
     """The attempt's `WorkspaceResult` (JSON), for a task with a workspace."""
     patch: str | None = None
     """The change as `git format-patch` wrote it, kept as an artifact of type `patch`."""
+    approval: PendingCall | None = None
+    """The tool call the run stopped at, with error code `approval_required`."""

@@ -28,6 +28,9 @@ class ErrorCode(StrEnum):
     """Usage limit with a reset time: wait until `retry_at`, without burning an attempt."""
     CANCELLED = "cancelled"
     """The worker stopped because the task was cancelled."""
+    APPROVAL_REQUIRED = "approval_required"
+    """The run stopped at a tool call a person must decide on (the complete carries the call):
+    the task waits for the decision, without burning an attempt."""
 
 
 NON_RETRYABLE: frozenset[ErrorCode] = frozenset(
@@ -75,6 +78,8 @@ def failure_outcome(
         return Outcome(TaskStatus.CANCELLED)
     if code in NON_RETRYABLE:
         return Outcome(TaskStatus.FAILED)
+    if code is ErrorCode.APPROVAL_REQUIRED:
+        return Outcome(TaskStatus.AWAITING_APPROVAL, refund_attempt=True)
     if code in FREE_RETRY:
         delay_until = now + policy.rate_limit_delay_ms
         if retry_at is not None and retry_at > now:

@@ -11,6 +11,8 @@ class TaskStatus(StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Its run stopped at a tool call a person must decide on; no worker holds it meanwhile."""
 
 
 class LeaseStatus(StrEnum):
@@ -51,7 +53,9 @@ IN_FLIGHT: frozenset[TaskStatus] = frozenset({TaskStatus.LEASED, TaskStatus.RUNN
 REQUEUEABLE: frozenset[TaskStatus] = frozenset({TaskStatus.FAILED, TaskStatus.DEAD})
 """An operator may put these back in the queue with a fresh attempt budget."""
 
-CANCELLABLE: frozenset[TaskStatus] = frozenset({TaskStatus.QUEUED, *IN_FLIGHT})
+CANCELLABLE: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL, *IN_FLIGHT}
+)
 
 TERMINAL: frozenset[TaskStatus] = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED}

@@ -6,10 +6,10 @@ the worker hands to the CLI as its own flags (`--allowedTools`, `--disallowedToo
 A rule is a tool name (`Bash`, `Edit`, `WebFetch`, `mcp__server__tool`), optionally with a
 specifier in parentheses (`Bash(git push:*)`, `WebFetch(domain:example.com)`, `Edit(src/**)`).
 
-Approvals (`ask`) are not built yet: a policy asking for them is refused (`ASK_UNAVAILABLE`)
-rather than run as if its `ask` rules allowed or denied anything. docs/approvals.md.
+A call an `ask` rule covers waits for a person's decision (`asks`, docs/approvals.md).
 """
 
+import fnmatch
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -28,10 +28,6 @@ MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 BYPASS = "bypassPermissions"
 ON_TIMEOUT = ("deny", "fail")
 LISTS = ("allow", "deny", "ask")
-ASK_UNAVAILABLE = (
-    "ask: approvals are not available yet (issue 33); a rule in ask would run unasked, so it "
-    "is refused: move it to allow or deny"
-)
 
 Mode = Literal["default", "acceptEdits", "plan", "bypassPermissions"]
 
@@ -103,9 +99,9 @@ class ToolPolicy:
     mode: str | None = None
     max_turns: int | None = None
     approval_timeout_sec: int | None = None
-    """Kept for approvals (not built yet)."""
+    """How long a call in `ask` waits for a decision (default: approvals.DEFAULT_TIMEOUT_SEC)."""
     on_timeout: str | None = None
-    """Kept for approvals (not built yet): deny or fail."""
+    """What no decision in time does: deny the call (the default), or fail the task."""
 
     def problem(self) -> str | None:
         for name in LISTS:
@@ -171,8 +167,6 @@ class ProjectToolPolicy:
             return problem
         if self.mode == BYPASS and not self.allow_bypass:
             return f"mode: {BYPASS} needs allow_bypass"
-        if self.ask:
-            return ASK_UNAVAILABLE
         return None
 
 
@@ -189,8 +183,7 @@ def effective(task: ToolPolicy | None, project: ProjectToolPolicy | None) -> Too
     names exactly, or whose whole tool it denies, is dropped; the CLI puts deny before allow
     anyway, for narrower overlaps too); allow and ask are the unions of what is left; the mode
     and the turn limit are the task's if given, else the project's. None when neither has one.
-    PolicyProblem: `bypassPermissions` where the project does not allow it, or `ask` rules
-    (approvals are not available yet)."""
+    PolicyProblem: `bypassPermissions` where the project does not allow it."""
     if task is None and project is None:
         return None
     mine = task or ToolPolicy()
@@ -211,8 +204,6 @@ def effective(task: ToolPolicy | None, project: ProjectToolPolicy | None) -> Too
             f"mode: {BYPASS} is not allowed for {where!r} (an admin allows it: "
             f"bloom policy set PROJECT --allow-bypass)"
         )
-    if merged.ask:
-        raise PolicyProblem(ASK_UNAVAILABLE)
     return merged
 
 
@@ -230,3 +221,40 @@ def cli_args(policy: ToolPolicy) -> list[str]:
     if policy.max_turns is not None:
         args += ["--max-turns", str(policy.max_turns)]
     return args
+
+
+SHELL_SEPARATORS = re.compile(r"&&|\|\||[;|&\n()`]|\$\(")
+
+
+def asks(rule: str, tool_name: str, tool_input: Mapping[str, Any]) -> bool:
+    """Whether the call may be one `rule` covers: it errs towards yes (a person is asked once
+    too often), as the CLI's own check of the same rule stands behind it (docs/approvals.md).
+    `Bash(prefix:*)` and `Bash(command)`: some part of the command line (split at `;`, `&&`,
+    `|`, ...) starts with the prefix, or is the command; `WebFetch(domain:D)`: the URL's host
+    is D or under it; another tool's specifier: a path or string of its input matches it as
+    a glob (`**` crossing directories), else any call of the tool."""
+    tool, paren, rest = rule.partition("(")
+    if tool != tool_name:
+        return False
+    if not paren:
+        return True
+    specifier = rest[:-1]
+    if tool == "Bash":
+        command = str(tool_input.get("command", ""))
+        parts = [part.strip() for part in SHELL_SEPARATORS.split(command)]
+        if specifier.endswith(":*"):
+            prefix = specifier[:-2]
+            return any(part.startswith(prefix) for part in parts) or prefix in command
+        return any(part == specifier.strip() for part in parts) or specifier in command
+    if tool == "WebFetch" and specifier.startswith("domain:"):
+        domain = specifier.removeprefix("domain:").lower()
+        host = _host(str(tool_input.get("url", "")))
+        return host == domain or host.endswith("." + domain) or not host
+    pattern = "*" + specifier.lstrip("~/.")
+    strings = [value for value in tool_input.values() if isinstance(value, str)]
+    return not strings or any(fnmatch.fnmatchcase(value, pattern) for value in strings)
+
+
+def _host(url: str) -> str:
+    after = url.split("://", 1)[-1]
+    return after.split("/", 1)[0].split("@")[-1].split(":")[0].lower()

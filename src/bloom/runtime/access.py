@@ -19,10 +19,12 @@ METRICS_PATH = "/metrics"
 class Access(Enum):
     PUBLIC = frozenset[Role]()
     """Anyone, without credentials."""
-    READ = frozenset({Role.VIEWER, Role.ADMIN})
+    READ = frozenset({Role.VIEWER, Role.APPROVER, Role.ADMIN})
     WORKER = frozenset({Role.WORKER, Role.ADMIN})
-    READ_OR_WORKER = frozenset({Role.VIEWER, Role.WORKER, Role.ADMIN})
+    READ_OR_WORKER = frozenset({Role.VIEWER, Role.APPROVER, Role.WORKER, Role.ADMIN})
     """Readers, and a worker for what is its own (the route checks which)."""
+    DECIDE = frozenset({Role.APPROVER, Role.ADMIN})
+    """Approvals' decisions: admins and approvers; never a worker."""
     ADMIN = frozenset({Role.ADMIN})
 
 
@@ -81,6 +83,10 @@ RULES: dict[tuple[str, str], Access] = {
     ("GET", f"{RT}/budgets/{{project}}"): Access.READ,
     ("PUT", f"{RT}/budgets/{{project}}"): Access.ADMIN,
     ("DELETE", f"{RT}/budgets/{{project}}"): Access.ADMIN,
+    ("GET", f"{RT}/approvals"): Access.READ,
+    ("GET", f"{RT}/approvals/{{approval_id}}"): Access.READ,
+    ("POST", f"{RT}/approvals/{{approval_id}}/decision"): Access.DECIDE,
+    ("GET", f"{RT}/llm-tasks/{{task_id}}/decisions"): Access.READ_OR_WORKER,  # a worker: its own
     ("GET", f"{RT}/tool-policies"): Access.READ,
     ("GET", f"{RT}/tool-policies/{{project}}"): Access.READ,
     ("PUT", f"{RT}/tool-policies/{{project}}"): Access.ADMIN,

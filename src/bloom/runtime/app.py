@@ -10,6 +10,7 @@ from bloom import __version__
 from bloom.domain.clock import Clock, system_clock
 from bloom.runtime.access import authorize
 from bloom.runtime.api import (
+    approvals,
     budgets,
     events,
     install,
@@ -96,6 +97,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         usage,
         budgets,
         tool_policies,
+        approvals,
         membridge,
         projects,
         metrics,

@@ -17,6 +17,7 @@ from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import server_secret
 from bloom.runtime.services.agent_ops import AgentOps
+from bloom.runtime.services.approvals import ApprovalService
 from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.audit_export import AuditExporter, ExportPolicy
@@ -55,6 +56,8 @@ AUDIT_EXPORT_CHECK_SEC = 60.0
 QUEUE_HISTORY_SEC = 60.0
 """How often the queue's depth is sampled for the dashboard's history (one sample a minute)."""
 EVENTS_PRUNE_SEC = 3600.0
+APPROVALS_EXPIRY_SEC = 5.0
+"""How often calls waiting past their `expires_at` get their `on_timeout`."""
 """How often events older than the retention are deleted."""
 
 
@@ -84,6 +87,7 @@ class Container:
     usage: UsageService
     budgets: BudgetService
     tool_policies: ToolPolicyService
+    approvals: ApprovalService
     dispatcher: Dispatcher
     agents: AgentOps
     projects: ProjectService
@@ -260,6 +264,7 @@ def build_container(
         usage=UsageService(db, clock),
         budgets=BudgetService(db, signal, clock, releases),
         tool_policies=ToolPolicyService(db, clock),
+        approvals=ApprovalService(db, signal, clock, lease_settings),
         dispatcher=Dispatcher(
             db,
             leases,
@@ -290,6 +295,9 @@ def build_container(
     )
     container.loops.append(
         PeriodicLoop("events-retention", container.events.prune, EVENTS_PRUNE_SEC)
+    )
+    container.loops.append(
+        PeriodicLoop("approvals-expiry", container.approvals.expire_due, APPROVALS_EXPIRY_SEC)
     )
     if container.audit_export is not None:
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)

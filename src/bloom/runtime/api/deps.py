@@ -7,6 +7,7 @@ from fastapi import Depends, Request
 from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Identity, Role, open_access
 from bloom.runtime.container import Container
+from bloom.runtime.services.approvals import ApprovalService
 from bloom.runtime.services.attempts import AttemptService
 from bloom.runtime.services.budgets import BudgetService
 from bloom.runtime.services.config import ConfigService
@@ -85,6 +86,10 @@ async def _tool_policies(request: Request) -> ToolPolicyService:
     return app_container(request).tool_policies
 
 
+async def _approvals(request: Request) -> ApprovalService:
+    return app_container(request).approvals
+
+
 async def _projects(request: Request) -> ProjectService:
     return app_container(request).projects
 
@@ -128,4 +133,5 @@ Usage = Annotated[UsageService, Depends(_usage)]
 Budgets = Annotated[BudgetService, Depends(_budgets)]
 Projects = Annotated[ProjectService, Depends(_projects)]
 ToolPolicies = Annotated[ToolPolicyService, Depends(_tool_policies)]
+Approvals = Annotated[ApprovalService, Depends(_approvals)]
 AppContainer = Annotated[Container, Depends(container)]

@@ -19,9 +19,11 @@ from pydantic import (
     StrictStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from bloom.domain.approvals import MAX_REASON_CHARS, PendingCall
 from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import (
@@ -106,7 +108,7 @@ class RulesBody(Body):
     )
     ask: Rules = Field(
         default_factory=list,
-        description="Approvals are not available yet: a rule here is refused (400).",
+        description="A call these cover waits for a person's decision (docs/approvals.md).",
     )
     mode: Mode | None = Field(
         None,
@@ -126,10 +128,10 @@ class RulesBody(Body):
 
 class ToolsBody(RulesBody):
     approval_timeout_sec: Annotated[StrictInt, Field(ge=1, le=MAX_APPROVAL_TIMEOUT_SEC)] | None = (
-        Field(None, description="Kept for approvals (not available yet).")
+        Field(None, description="How long a call in `ask` waits for a decision (default a day).")
     )
     on_timeout: Literal["deny", "fail"] | None = Field(
-        None, description="Kept for approvals (not available yet)."
+        None, description="No decision in time: deny the call (default), or fail the task."
     )
 
     def policy(self) -> ToolPolicy:
@@ -303,6 +305,21 @@ class MetricsBody(Body):
     )
 
 
+class PendingCallBody(Body):
+    """The tool call a run stopped at, waiting for a person's decision (docs/approvals.md)."""
+
+    tool_use_id: StrictStr = Field(min_length=1, max_length=MAX_ID_CHARS)
+    tool_name: StrictStr = Field(min_length=1, max_length=200)
+    tool_input: dict[str, Any] = Field(default_factory=dict)
+    session_id: Id | None = None
+    reason: StrictStr | None = Field(None, max_length=MAX_REASON_CHARS)
+
+    def call(self) -> PendingCall:
+        return PendingCall(
+            self.tool_use_id, self.tool_name, self.tool_input, self.session_id, self.reason
+        )
+
+
 class AttemptEndBody(Body):
     """An attempt's end, as a complete reports it."""
 
@@ -333,6 +350,21 @@ class AttemptEndBody(Body):
         description="The change as `git format-patch` writes it: kept as an artifact of type "
         "`patch`.",
     )
+    approval: PendingCallBody | None = Field(
+        None,
+        description="With error_code `approval_required` (and only then): the tool call the run "
+        "stopped at. The task waits in `awaiting_approval` for a person's decision.",
+    )
+
+    @model_validator(mode="after")
+    def _approval_with_its_code(self) -> "AttemptEndBody":
+        asked = self.error_code == ErrorCode.APPROVAL_REQUIRED
+        if asked != (self.approval is not None):
+            raise PydanticCustomError(
+                "approval",
+                "approval and error_code 'approval_required' go together",
+            )
+        return self
 
     @field_validator("workspace")
     @classmethod
@@ -370,6 +402,7 @@ class AttemptEndBody(Body):
             session_id=self.session_id,
             workspace=self.workspace,
             patch=self.patch or None,
+            approval=self.approval.call() if self.approval else None,
         )
 
 

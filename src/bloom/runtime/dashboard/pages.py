@@ -397,7 +397,7 @@ async def settings_page(request: Request, part: Part = None) -> HTMLResponse:
     context = {
         "keys": await c.credentials.keys(),
         "users": await c.credentials.users(),
-        "roles": ["viewer", "worker", "admin"],
+        "roles": ["viewer", "approver", "worker", "admin"],
         "open_api": not c.settings.api_key_value,
         "open_to_network": c.settings.open_to_network,
     }

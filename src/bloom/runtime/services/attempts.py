@@ -22,9 +22,9 @@ from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
 from bloom.domain.workspace import PATCH_ARTIFACT
-from bloom.runtime.services import budgets, metrics
+from bloom.runtime.services import approvals, budgets, metrics
 from bloom.runtime.services.budgets import HoldReleases
-from bloom.runtime.services.events import EventService, NewEvent, Row, prepared
+from bloom.runtime.services.events import EventService, NewEvent, Row, prepared, serialise_data
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
 from bloom.runtime.services.leasing import Looked, NextLook
 from bloom.runtime.services.signals import QueueSignal, Wake
@@ -38,6 +38,7 @@ FAILURE_ACTIONS = {
     TaskStatus.FAILED: AuditAction.TASK_FAILED,
     TaskStatus.DEAD: AuditAction.TASK_DEAD,
     TaskStatus.CANCELLED: AuditAction.TASK_CANCELLED,
+    TaskStatus.AWAITING_APPROVAL: AuditAction.APPROVAL_REQUESTED,
 }
 
 
@@ -283,6 +284,7 @@ class AttemptService:
             or ending.events  # stored under the task's row lock, with its tally
             or stored.patch is not None  # a workspace's end: a second artifact
             or completion.workspace is not None
+            or completion.approval is not None  # an approval row too
         ):
             return None
         if completion.status == ResultStatus.SUCCESS and ending.lease_id is not None:
@@ -491,13 +493,14 @@ class AttemptService:
             )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
+        rows = list(ending.events)
+        if finished.status == TaskStatus.AWAITING_APPROVAL and completion.approval is not None:
+            approval = approvals.requested(task, lease, completion.approval, now)
+            await tx.approvals.insert(approval)
+            rows.append(("approval_requested", serialise_data(approval.to_json())))
         # The task's row is locked now (its transition; SQLite: the only writer), as an events
         # post locks it first: its events' tally holds until this commits.
-        written = (
-            await self.events.write(tx, task.id, lease, ending.events, now)
-            if ending.events
-            else None
-        )
+        written = await self.events.write(tx, task.id, lease, rows, now) if rows else None
         artifact = self._artifact(
             task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
         )
@@ -613,7 +616,7 @@ class AttemptService:
             policy=self.retry,
         )
         values |= {"status": outcome.status, "last_error": completion.error_message}
-        if outcome.status == TaskStatus.QUEUED:
+        if outcome.status in (TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL):
             values |= {
                 "lease_id": None,
                 "worker_id": None,

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 
+from bloom.domain.approvals import CANCELLED_NOTE
 from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, InvalidField, NotFound
@@ -85,6 +86,10 @@ async def _with_tools(tx: Repositories, new: NewTask) -> dict[str, Any]:
         raise InvalidField("policy", f"tools.{exc}") from None
     policy = {name: value for name, value in new.policy.items() if name != "tools"}
     return policy if tools is None else policy | {"tools": tools.to_json()}
+
+
+WAITING = (TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL)
+"""Statuses a cancel ends at once: no worker holds the task."""
 
 
 class TaskService:
@@ -239,8 +244,9 @@ class TaskService:
         return await self.find(status=None, limit=RUNS_LIMIT)
 
     async def cancel(self, task_id: str, actor: str | None = None) -> Task:
-        """Queued: cancelled at once. In flight: flagged; the worker learns it from its next
-        heartbeat and stops (or the lease lapses and the reaper cancels it)."""
+        """Queued or awaiting approval: cancelled at once (its pending calls expired). In
+        flight: flagged; the worker learns it from its next heartbeat and stops (or the lease
+        lapses and the reaper cancels it)."""
         now = self.clock()
         async with self.db.write() as tx:
             for _ in range(3):  # a queued task may be leased between our read and our write
@@ -249,13 +255,17 @@ class TaskService:
                     raise NotFound("Task not found")
                 if task.status not in CANCELLABLE:
                     raise Conflict(f"Cannot cancel task with status '{task.status}'")
-                if task.status == TaskStatus.QUEUED:
+                if task.status in WAITING:
                     updated = await tx.tasks.transition(
                         task_id,
-                        from_statuses=[TaskStatus.QUEUED],
+                        from_statuses=[task.status],
                         values={"status": TaskStatus.CANCELLED, "updated_at": now},
                     )
-                    action, detail = AuditAction.TASK_CANCELLED, "Cancelled while queued"
+                    if updated is not None and task.status == TaskStatus.AWAITING_APPROVAL:
+                        await tx.approvals.close_pending(
+                            task_id, by=actor or "admin", at=now, note=CANCELLED_NOTE
+                        )
+                    action, detail = AuditAction.TASK_CANCELLED, f"Cancelled while {task.status}"
                 else:
                     updated = await tx.tasks.transition(
                         task_id,

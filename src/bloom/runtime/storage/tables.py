@@ -101,7 +101,16 @@ task_counts = Table(
     Column("slot", Integer, primary_key=True, autoincrement=False),
     *(
         Column(name, BigInteger, nullable=False, server_default="0")
-        for name in ("queued", "leased", "running", "completed", "failed", "dead", "cancelled")
+        for name in (
+            "queued",
+            "leased",
+            "running",
+            "completed",
+            "failed",
+            "dead",
+            "cancelled",
+            "awaiting_approval",  # 0014
+        )
     ),
     Column("leases", BigInteger, nullable=False, server_default="0"),
 )
@@ -303,6 +312,35 @@ tool_policies = Table(
     Column("updated_at", BigInteger, nullable=False),
     Column("updated_by", Text, nullable=False),
 )
+
+# ours: tool calls a person must decide on (a task's `policy.tools.ask`), one per attempt that
+# stopped at one (written in that attempt's complete), decided once (docs/approvals.md)
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("task_id", String, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("lease_id", String, nullable=False, unique=True),
+    Column("worker_id", String, nullable=False),
+    Column("context_id", String, nullable=False),
+    Column("session_id", String),
+    Column("tool_use_id", String, nullable=False),
+    Column("tool_name", Text, nullable=False),
+    Column("tool_input", JSONType, nullable=False),
+    Column("reason", Text),
+    Column("requested_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("on_timeout", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("decided_by", Text),
+    Column("decided_at", BigInteger),
+    Column("note", Text),
+    Column("remember", Boolean, nullable=False, server_default=false()),
+)
+Index("ix_approvals_task_id", approvals.c.task_id)
+Index("ix_approvals_status_expires_at", approvals.c.status, approvals.c.expires_at)
+Index("ix_approvals_context_id", approvals.c.context_id)
 
 # ours: the queue's depth once a minute (the dashboard's history), kept for eight days
 queue_samples = Table(

@@ -7,6 +7,7 @@ from sqlalchemy import bindparam, func, select
 from bloom.db.database import Database
 from bloom.db.executor import Connection
 from bloom.domain.models import AuditEntry
+from bloom.runtime.storage.repositories.approvals import ApprovalRepository
 from bloom.runtime.storage.repositories.budgets import BudgetRepository
 from bloom.runtime.storage.repositories.counts import CountRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
@@ -39,6 +40,10 @@ class Repositories:
     @cached_property
     def tasks(self) -> TaskRepository:
         return TaskRepository(self.connection)
+
+    @cached_property
+    def approvals(self) -> ApprovalRepository:
+        return ApprovalRepository(self.connection)
 
     @cached_property
     def ends(self) -> EndRepository:

@@ -1,0 +1,72 @@
+"""Approvals (docs/approvals.md): the tool calls waiting for a person, their decisions, and
+what a resumed run applies (`/llm-tasks/{id}/decisions`, for its worker)."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from pydantic import Field, StrictBool
+
+from bloom.domain.approvals import MAX_NOTE_CHARS, Decision
+from bloom.domain.identity import Role
+from bloom.runtime.api.deps import Approvals, Caller
+from bloom.runtime.api.schemas import MAX_ID_CHARS, Body
+from bloom.runtime.http import JSON
+from bloom.runtime.services.approvals import LIST_LIMIT
+
+router = APIRouter(prefix="/api/runtime", tags=["approvals"])
+
+ApprovalId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+class DecisionBody(Body):
+    decision: Decision
+    note: str | None = Field(
+        None,
+        max_length=MAX_NOTE_CHARS,
+        description="Why; on a denial the agent is told it as the tool's answer.",
+    )
+    remember: StrictBool = Field(
+        False,
+        description="Approve this same call (tool and input) in the task's context from now "
+        "on, without asking again.",
+    )
+
+
+@router.get("/approvals", summary="Tool calls waiting for a person, and those decided")
+async def list_approvals(
+    approvals: Approvals,
+    status: Annotated[str | None, Query(description="pending, approved, denied, expired")] = None,
+    task_id: Annotated[str | None, Query(max_length=MAX_ID_CHARS)] = None,
+    limit: Annotated[int, Query()] = LIST_LIMIT,
+) -> JSON:
+    found = await approvals.find(status=status, task_id=task_id, limit=limit)
+    return JSON([approval.to_json() for approval in found])
+
+
+@router.get("/approvals/{approval_id}", summary="One approval")
+async def get_approval(approval_id: ApprovalId, approvals: Approvals) -> JSON:
+    return JSON((await approvals.get(approval_id)).to_json())
+
+
+@router.post(
+    "/approvals/{approval_id}/decision",
+    summary="Approve or deny a pending call (once): the task resumes where it stopped",
+)
+async def decide_approval(
+    approval_id: ApprovalId, body: DecisionBody, approvals: Approvals, caller: Caller
+) -> JSON:
+    """409 when the approval is no longer pending (decided, expired, its task cancelled)."""
+    decided = await approvals.decide(
+        approval_id, body.decision, actor=caller.name, note=body.note, remember=body.remember
+    )
+    return JSON(decided.to_json())
+
+
+@router.get(
+    "/llm-tasks/{task_id}/decisions",
+    summary="The decisions a task's resumed run applies (a worker: its own task's)",
+)
+async def task_decisions(task_id: ApprovalId, approvals: Approvals, caller: Caller) -> JSON:
+    worker = caller.worker_id if caller.role is Role.WORKER else None
+    rulings: list[dict[str, Any]] = await approvals.rulings(task_id, worker_id=worker)
+    return JSON({"task_id": task_id, "decisions": rulings})
