@@ -69,7 +69,8 @@ async def test_a_call_in_ask_parks_the_task_without_its_worker(client: httpx.Asy
     assert approval["expires_at"] - approval["requested_at"] == 60_000
     task = (await client.get(f"{API}/llm-tasks/{task_id}")).json()
     assert task["status"] == "awaiting_approval"
-    assert task["lease_id"] is None and task["attempts"] == 0  # not counted as an attempt
+    assert task["lease_id"] is None
+    assert task["attempts"] == 0
     worker = (await client.get(f"{API}/workers/w1")).json()
     assert worker.get("active_leases", 0) == 0
     # nothing to claim while it waits
@@ -96,7 +97,8 @@ async def test_one_decision_resumes_the_task_and_a_second_is_refused(
     assert "already approved" in again.text
     # the resumed run is granted to a worker, and reads the decision for exactly that call
     grant = await claim(client, "w1")
-    assert grant is not None and grant["task"]["id"] == task_id
+    assert grant is not None
+    assert grant["task"]["id"] == task_id
     rulings = (await client.get(f"{API}/llm-tasks/{task_id}/decisions")).json()["decisions"]
     assert [(r["tool_use_id"], r["decision"], r["session_id"]) for r in rulings] == [
         ("toolu_1", "approve", "s-1")
@@ -125,7 +127,8 @@ async def test_a_remembered_approval_reaches_the_contexts_later_tasks(
     later = await create_task(client, policy=ASKING, context_id="ctx-a")
     other = await create_task(client, policy=ASKING, context_id="ctx-b")
     (ruling,) = (await client.get(f"{API}/llm-tasks/{later['id']}/decisions")).json()["decisions"]
-    assert ruling["remember"] is True and ruling["tool_input"] == CALL["tool_input"]
+    assert ruling["remember"] is True
+    assert ruling["tool_input"] == CALL["tool_input"]
     assert (await client.get(f"{API}/llm-tasks/{other['id']}/decisions")).json()["decisions"] == []
 
 
@@ -140,7 +143,8 @@ async def test_no_decision_in_time_denies_or_fails(
     clock.advance(2)
     assert await approvals.expire_due() == 1
     expired = (await client.get(f"{API}/approvals/{approval['id']}")).json()
-    assert expired["status"] == "expired" and expired["decided_by"] == "runtime"
+    assert expired["status"] == "expired"
+    assert expired["decided_by"] == "runtime"
     task = (await client.get(f"{API}/llm-tasks/{task_id}")).json()
     if on_timeout == "fail":
         assert task["status"] == "failed"
@@ -148,7 +152,8 @@ async def test_no_decision_in_time_denies_or_fails(
     else:
         assert task["status"] == "queued"
         (ruling,) = (await client.get(f"{API}/llm-tasks/{task_id}/decisions")).json()["decisions"]
-        assert ruling["decision"] == "deny" and "No decision came in time" in ruling["note"]
+        assert ruling["decision"] == "deny"
+        assert "No decision came in time" in ruling["note"]
     late = await decide(client, approval["id"], decision="approve")
     assert late.status_code == 409
 
