@@ -68,6 +68,8 @@ async def test_a_session_queues_waits_reads_and_cancels(keyed: Stack) -> None:
             "get_artifact",
             "list_workers",
             "fleet_status",
+            "list_approvals",
+            "decide_approval",
         }
         assert tools["submit_task"].description
         assert "prompt" in tools["submit_task"].input_schema["required"]
@@ -161,7 +163,8 @@ async def test_a_viewer_key_gets_the_read_tools_only(keyed: Stack) -> None:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert "submit_task" not in names
         assert "cancel_task" not in names
-        assert {"get_task", "wait_task", "get_artifact", "fleet_status"} <= names
+        assert "decide_approval" not in names
+        assert {"get_task", "wait_task", "get_artifact", "fleet_status", "list_approvals"} <= names
         view = structured(await client.call_tool("get_task", {"task_id": task_id}))
         assert view["output"] == "echo: seen by a viewer"
         assert "may only read" in (client.instructions or "")

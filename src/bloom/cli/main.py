@@ -57,6 +57,11 @@ class BloomGroup(LazyGroup):
             "Tool policies per project: what its tasks' agents may do (allow, deny, mode).",
         ),
         LazyCommand(
+            "approvals",
+            "bloom.cli.approvals:app",
+            "Tool calls waiting for a person: list them, approve or deny (admins, approvers).",
+        ),
+        LazyCommand(
             "worker",
             "bloom.cli.worker:app",
             "Workers: run one here, list the runtime's, approve their URLs, a node's agent key.",

@@ -245,6 +245,28 @@ class RuntimeClient:
     async def remove_tool_policy(self, project: str) -> None:
         await self._call("DELETE", f"/tool-policies/{quote(project, safe='')}")
 
+    async def approvals(
+        self, *, status: str | None = None, task_id: str | None = None, limit: int = 100
+    ) -> list[Mapping[str, Any]]:
+        """Tool calls waiting for a person, and those decided (`GET /approvals`)."""
+        params = {"limit": str(limit)}
+        params |= {"status": status} if status else {}
+        params |= {"task_id": task_id} if task_id else {}
+        return await self._parsed(_list_of(_object), "GET", "/approvals", params=params)
+
+    async def decide_approval(
+        self, approval_id: str, decision: str, *, note: str | None = None, remember: bool = False
+    ) -> Mapping[str, Any]:
+        """Approve or deny a pending call (`POST /approvals/{id}/decision`)."""
+        body = {"decision": decision, "note": note, "remember": remember}
+        path = f"/approvals/{quote(approval_id, safe='')}/decision"
+        return await self._parsed(_object, "POST", path, body=body)
+
+    async def decisions(self, task_id: str) -> list[Mapping[str, Any]]:
+        """What the task's resumed run applies (`GET /llm-tasks/{id}/decisions`)."""
+        found = await self._parsed(_object, "GET", f"/llm-tasks/{task_id}/decisions")
+        return [dict(ruling) for ruling in found.get("decisions") or []]
+
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 

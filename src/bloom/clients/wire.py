@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from bloom.clients.fields import Fields, WireError
+from bloom.domain.approvals import PendingCall
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
@@ -263,6 +264,8 @@ class CompleteRequest:
     session_id: str | None = None
     workspace: WorkspaceResult | None = None
     patch: str | None = None
+    approval: PendingCall | None = None
+    """With error code `approval_required`: the tool call the run stopped at."""
     events: Sequence[Mapping[str, Any]] = ()
     """The attempt's last live output (`{type, data}`), stored with the complete."""
     claim_next: ClaimNext | None = None
@@ -285,6 +288,8 @@ class CompleteRequest:
             body["workspace"] = self.workspace.to_json()
         if self.patch:
             body["patch"] = self.patch
+        if self.approval is not None:
+            body["approval"] = self.approval.to_json()
         if self.events:
             body["events"] = list(self.events)
         if self.claim_next is not None:

@@ -25,6 +25,7 @@ from bloom.clients.runtime import (
     RuntimeUnreachable,
 )
 from bloom.clients.wire import answers
+from bloom.domain.approvals import Decision
 from bloom.domain.identity import Role
 from bloom.domain.states import TaskStatus
 from bloom.mcp.fleet import INLINE_CHARS, MAX_WAIT_SEC, Fleet, Output, artifact_uri
@@ -183,14 +184,48 @@ class Tools:
         """The fleet's workers: status, leases held against their concurrency, last heartbeat."""
         return await self._answer(self.fleet.workers())
 
+    async def list_approvals(
+        self,
+        status: Annotated[
+            str | None,
+            Field(description="pending (the default), approved, denied or expired; all: omit."),
+        ] = "pending",
+        task_id: Annotated[str | None, Field(description="Only this task's.")] = None,
+    ) -> list[dict[str, Any]]:
+        """Tool calls the fleet's agents wait on a person's decision for (a task's `ask`
+        rules): each with its task, the call (tool and input, and a one-line summary), when it
+        was asked and when it expires."""
+        found = await self._answer(self.fleet.client.approvals(status=status, task_id=task_id))
+        return [dict(approval) for approval in found]
+
+    async def decide_approval(
+        self,
+        approval_id: Annotated[str, Field(description="The approval's id (list_approvals).")],
+        decision: Annotated[Decision, Field(description="approve or deny.")],
+        note: Annotated[
+            str | None, Field(description="Why; a denial's note is told to the agent.")
+        ] = None,
+        remember: Annotated[
+            bool,
+            Field(description="Approve this same call in the task's context from now on."),
+        ] = False,
+    ) -> dict[str, Any]:
+        """Approve or deny one pending tool call, once: its task resumes where it stopped and
+        runs exactly that call (approve), or goes on told of the denial and the note."""
+        decided = self.fleet.client.decide_approval(
+            approval_id, str(decision), note=note, remember=remember
+        )
+        return dict(await self._answer(decided))
+
     async def fleet_status(self) -> dict[str, Any]:
         """The fleet at a glance: tasks queued and in flight, workers online, free slots, and
         what today's work cost (since 00:00 UTC, in all and for the costliest projects)."""
         return await self._answer(self.fleet.status())
 
 
-def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
-    """The server with its tools and resources; the writing tools only when `can_write`."""
+def build_server(fleet: Fleet, *, can_write: bool, can_decide: bool | None = None) -> MCPServer:
+    """The server with its tools and resources; the writing tools only when `can_write`,
+    `decide_approval` only when `can_decide` (default: as `can_write`)."""
     server = MCPServer(
         "bloom",
         version=__version__,
@@ -204,6 +239,7 @@ def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
         tools.list_tasks,
         tools.wait_task,
         tools.list_workers,
+        tools.list_approvals,
         tools.fleet_status,
     ):
         server.add_tool(tool, annotations=READ)
@@ -217,6 +253,8 @@ def build_server(fleet: Fleet, *, can_write: bool) -> MCPServer:
     if can_write:
         server.add_tool(tools.submit_task)
         server.add_tool(tools.cancel_task, annotations=ToolAnnotations(destructive_hint=True))
+    if can_write if can_decide is None else can_decide:
+        server.add_tool(tools.decide_approval)
 
     @server.resource("bloom://artifacts/{artifact_id}", mime_type="text/plain")
     async def artifact(artifact_id: str) -> str:
@@ -244,14 +282,18 @@ async def _resource(call: Awaitable[T]) -> T:
 async def serve_stdio(url: str, api_key: str) -> None:
     """Serve MCP on standard input and output until the client goes away."""
     async with RuntimeClient(url, api_key) as client:
-        can_write = await may_write(client)
-        await build_server(Fleet(client), can_write=can_write).run_stdio_async()
+        role = await role_of(client)
+        can_write = role in (None, Role.ADMIN)
+        can_decide = role in (None, Role.ADMIN, Role.APPROVER)
+        server = build_server(Fleet(client), can_write=can_write, can_decide=can_decide)
+        await server.run_stdio_async()
 
 
-async def may_write(client: RuntimeClient) -> bool:
-    """Whether the key may queue and cancel work (an admin's). When the runtime cannot say (it
-    is down, or refuses the key), every tool is offered and each call reports the trouble; a
-    line on standard error (the client's log) says so now."""
+async def role_of(client: RuntimeClient) -> Role | None:
+    """The key's role: an admin's may queue and cancel work, an approver's decide approvals.
+    None when the runtime cannot say (it is down, or refuses the key): every tool is then
+    offered and each call reports the trouble; a line on standard error (the client's log)
+    says so now."""
     try:
         caller = await client.whoami()
     except (RuntimeApiError, RuntimeUnreachable) as exc:
@@ -259,12 +301,12 @@ async def may_write(client: RuntimeClient) -> bool:
             f"bloom mcp: cannot ask the runtime at {client.base_url} who this key is: {exc}",
             file=sys.stderr,
         )
-        return True
+        return None
     if caller.role is None:
         print(
             f"bloom mcp: the runtime at {client.base_url} does not accept this key: set "
             "BLOOM_API_KEY (or RUNTIME_API_KEY)",
             file=sys.stderr,
         )
-        return True
-    return caller.role == Role.ADMIN
+        return None
+    return Role(caller.role)
