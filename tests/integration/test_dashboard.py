@@ -18,7 +18,7 @@ from tests.support.api import API, success
 from tests.support.databases import make_settings
 
 PASSWORD = "correct horse battery staple"
-PAGES = ["/", "/tasks", "/workers", "/membridge", "/projects", "/audit", "/settings"]
+PAGES = ["/", "/tasks", "/workers", "/approvals", "/membridge", "/projects", "/audit", "/settings"]
 HX = {"HX-Request": "true"}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -498,3 +498,61 @@ async def test_settings_with_an_admin_key_says_only_it_opens_the_api(
     page = (await client.get("/settings", headers=await admin_browser(client))).text
     assert "only the admin key (<code>RUNTIME_API_KEY</code>) opens the API" in page
     assert "open to every caller" not in page
+
+
+async def test_the_approvals_page_shows_the_call_and_an_approver_decides(
+    client: httpx.AsyncClient,
+) -> None:
+    admin = {HEADER: ADMIN_KEY}
+    await client.post(f"{API}/workers", json={"name": "w1"}, headers=admin)
+    policy = {"tools": {"ask": ["Bash(rm:*)"]}}
+    body = {"context_id": "c", "agent_slug": "default", "prompt": "p", "policy": policy}
+    task_id = (await client.post(f"{API}/llm-tasks", json=body, headers=admin)).json()["id"]
+    grant = await client.post(f"{API}/workers/w1/claim", json={"wait_seconds": 0}, headers=admin)
+    stopped = {
+        "status": "error",
+        "error_message": "Waiting for approval",
+        "error_code": "approval_required",
+        "metrics": {"duration_ms": 1},
+        "lease_id": grant.json()["lease"]["id"],
+        "approval": {
+            "tool_use_id": "toolu_9",
+            "tool_name": "Bash",
+            "tool_input": {"command": "rm -rf build/<old>"},
+        },
+    }
+    done = await client.post(f"{API}/llm-tasks/{task_id}/complete", json=stopped, headers=admin)
+    assert done.status_code == 200, done.text
+    credentials = client.app.state.container.credentials  # type: ignore[attr-defined]
+    await credentials.create_user("pat", PASSWORD, Role.APPROVER)
+    approver = await log_in(client, "pat", PASSWORD)
+    viewer = await viewer_browser(client)
+
+    badge = await client.get("/approvals?part=approvals_badge", headers=viewer)
+    assert ">1</span>" in badge.text
+    seen = await client.get("/approvals", headers=viewer)
+    assert "$ rm -rf build/&lt;old&gt;" in seen.text  # the command as a command, escaped
+    assert "Approve" not in seen.text  # a viewer decides nothing
+    task_page = await client.get(f"/tasks/{task_id}", headers=viewer)
+    assert 'id="task-awaiting"' in task_page.text
+    (approval,) = (await client.get(f"{API}/approvals", headers=admin)).json()
+    url = f"/approvals/{approval['id']}/decision"
+    refused = await client.post(url, content="decision=approve", headers=viewer | HX | FORM)
+    assert refused.status_code == 403
+    page = await client.get("/approvals", headers=approver)
+    assert f'hx-post="{url}"' in page.text
+    decided = await client.post(
+        url, content="decision=deny&note=not+today", headers=approver | HX | FORM
+    )
+    assert decided.status_code == 200, decided.text
+    assert "Bash call denied" in decided.text
+    task = (await client.get(f"{API}/llm-tasks/{task_id}", headers=admin)).json()
+    assert task["status"] == "queued"
+    again = await client.post(url, content="decision=approve", headers=approver | HX | FORM)
+    assert again.status_code == 409
+    after = await client.get("/approvals", headers=viewer)
+    assert "not today" in after.text
+    assert "pat" in after.text
+    badge = await client.get("/approvals?part=approvals_badge", headers=viewer)
+    assert badge.status_code == 200
+    assert "badge" not in badge.text.split(">", 1)[1]  # nothing pending: no count

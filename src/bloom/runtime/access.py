@@ -115,6 +115,8 @@ RULES: dict[tuple[str, str], Access] = {
     ("GET", "/tasks"): Access.READ,
     ("GET", "/tasks/{task_id}"): Access.READ,
     ("GET", "/workers"): Access.READ,
+    ("GET", "/approvals"): Access.READ,
+    ("POST", "/approvals/{approval_id}/decision"): Access.DECIDE,
     ("GET", "/membridge"): Access.READ,
     ("GET", "/audit"): Access.READ,
     ("GET", "/audit/export.jsonl"): Access.READ,

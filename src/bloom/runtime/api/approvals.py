@@ -4,32 +4,16 @@ what a resumed run applies (`/llm-tasks/{id}/decisions`, for its worker)."""
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from pydantic import Field, StrictBool
 
-from bloom.domain.approvals import MAX_NOTE_CHARS, Decision
 from bloom.domain.identity import Role
 from bloom.runtime.api.deps import Approvals, Caller
-from bloom.runtime.api.schemas import MAX_ID_CHARS, Body
+from bloom.runtime.api.schemas import MAX_ID_CHARS, DecisionBody
 from bloom.runtime.http import JSON
 from bloom.runtime.services.approvals import LIST_LIMIT
 
 router = APIRouter(prefix="/api/runtime", tags=["approvals"])
 
 ApprovalId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
-
-
-class DecisionBody(Body):
-    decision: Decision
-    note: str | None = Field(
-        None,
-        max_length=MAX_NOTE_CHARS,
-        description="Why; on a denial the agent is told it as the tool's answer.",
-    )
-    remember: StrictBool = Field(
-        False,
-        description="Approve this same call (tool and input) in the task's context from now "
-        "on, without asking again.",
-    )
 
 
 @router.get("/approvals", summary="Tool calls waiting for a person, and those decided")

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from bloom.domain.approvals import MAX_REASON_CHARS, PendingCall
+from bloom.domain.approvals import MAX_NOTE_CHARS, MAX_REASON_CHARS, Decision, PendingCall
 from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_NAME
 from bloom.domain.models import (
@@ -318,6 +318,20 @@ class PendingCallBody(Body):
         return PendingCall(
             self.tool_use_id, self.tool_name, self.tool_input, self.session_id, self.reason
         )
+
+
+class DecisionBody(Body):
+    decision: Decision
+    note: str | None = Field(
+        None,
+        max_length=MAX_NOTE_CHARS,
+        description="Why; on a denial the agent is told it as the tool's answer.",
+    )
+    remember: StrictBool = Field(
+        False,
+        description="Approve this same call (tool and input) in the task's context from now "
+        "on, without asking again.",
+    )
 
 
 class AttemptEndBody(Body):

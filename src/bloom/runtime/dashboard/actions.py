@@ -23,7 +23,12 @@ from bloom.domain.identity import Role
 from bloom.domain.states import WorkerStatus
 from bloom.runtime.api.deps import Caller
 from bloom.runtime.api.project_schemas import CloneBody, CreateProjectBody
-from bloom.runtime.api.schemas import ConfigBody, CreateTaskBody, RegisterWorkerBody
+from bloom.runtime.api.schemas import (
+    ConfigBody,
+    CreateTaskBody,
+    DecisionBody,
+    RegisterWorkerBody,
+)
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard.templating import fragment
 from bloom.runtime.http import JSON
@@ -165,6 +170,28 @@ async def run_again(request: Request, task_id: str, caller: Caller) -> Response:
         caller.actor,
     )
     return _notice(f"Task {task.id[-8:]} queued.", headers={"HX-Redirect": f"/tasks/{task.id}"})
+
+
+# ---- approvals ----
+
+
+@router.post("/approvals/{approval_id}/decision")
+async def decide_approval(request: Request, approval_id: str, caller: Caller) -> Response:
+    form = await _form(request)
+    body = _parse(
+        DecisionBody,
+        {
+            "decision": form.get("decision", ""),
+            "note": form.get("note", "").strip() or None,
+            "remember": form.get("remember") == "true",
+        },
+    )
+    decided = await _container(request).approvals.decide(
+        approval_id, body.decision, actor=caller.name, note=body.note, remember=body.remember
+    )
+    return _notice(
+        f"{decided.tool_name} call {decided.status}: task {decided.task_id[-8:]} resumes."
+    )
 
 
 # ---- workers ----

@@ -15,6 +15,7 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 
 from bloom.domain.audit import ENTITY_TYPES, AuditAction
 from bloom.domain.errors import BadGateway, NotFound, ServiceError
+from bloom.domain.identity import Role
 from bloom.domain.models import Artifact, Result
 from bloom.domain.paging import Cursor
 from bloom.domain.secrets import last_four
@@ -24,7 +25,7 @@ from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.container import Container
 from bloom.runtime.dashboard import charts, present
 from bloom.runtime.dashboard.diffs import change_of
-from bloom.runtime.dashboard.templating import render
+from bloom.runtime.dashboard.templating import render, viewer_of
 from bloom.runtime.services.records import AuditFilter
 from bloom.runtime.services.tasks import TaskFilter
 
@@ -40,7 +41,11 @@ EXPORT_PAGE = 500
 WINDOWS = {"hour": (3_600_000, 60_000), "day": (86_400_000, 900_000)}
 COST_ROWS = 8
 """Projects listed in the overview's cost today (the costliest)."""
-LIVE = frozenset({TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING})
+DECIDED_ROWS = 30
+"""Decisions the approvals page lists."""
+LIVE = frozenset(
+    {TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING, TaskStatus.AWAITING_APPROVAL}
+)
 
 Part = Annotated[str | None, Query(max_length=40)]
 Text = Annotated[str | None, Query(max_length=200)]
@@ -313,6 +318,31 @@ def _audit_filter(
         entity_type=_blank(entity_type),
         actor=_blank(actor),
         entity_id=_blank(entity),
+    )
+
+
+@router.get("/approvals")
+async def approvals_page(request: Request, part: Part = None) -> HTMLResponse:
+    """Calls waiting for a person (Approve / Deny), and the latest decisions; its
+    `approvals_badge` part is the navigation's count, on every page."""
+    c = _container(request)
+    if part == "approvals_badge":
+        context: dict[str, Any] = {"pending_count": await c.approvals.pending_count()}
+    else:
+        pending = await c.approvals.find(status="pending", limit=100)
+        recent = await c.approvals.find(limit=DECIDED_ROWS + len(pending))
+        context = {
+            "pending": [approval.to_json() for approval in pending],
+            "decided": [a.to_json() for a in recent if a.status != "pending"][:DECIDED_ROWS],
+            "can_decide": viewer_of(request).role in (Role.ADMIN, Role.APPROVER),
+        }
+    return render(
+        request,
+        "approvals.html",
+        context,
+        now=c.clock(),
+        part=part,
+        parts=frozenset({"approval_rows", "decided_rows", "approvals_badge"}),
     )
 
 

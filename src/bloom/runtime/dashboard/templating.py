@@ -26,6 +26,7 @@ NAV = (
     ("/", "Overview"),
     ("/tasks", "Tasks"),
     ("/workers", "Workers"),
+    ("/approvals", "Approvals"),
     ("/membridge", "Membridge"),
     ("/projects", "Projects"),
     ("/audit", "Audit"),
