@@ -22,7 +22,7 @@ from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.settings import RuntimeSettings
 from bloom.runtime.storage.schema import SCHEMA
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 from tests.support.clock import FakeClock
 from tests.support.databases import TEMPLATE_DB, fresh_postgres_url, fresh_sqlite_url, make_settings
 from tests.support.db import DatabaseProbe

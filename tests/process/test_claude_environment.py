@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bloom.worker.claude_env import child_environment
+from bloom.worker.agents.claude.env import child_environment
 from tests.support.nginx import tool
 from tests.support.stack import Stack
 
@@ -93,7 +93,7 @@ def test_the_cli_gets_the_allow_list_and_nothing_else(database_url: str, tmp_pat
 
 PARENT = """
 import os, subprocess, sys
-from bloom.worker.claude import undumpable
+from bloom.worker.agents.process import undumpable
 if sys.argv[1] == "undumpable":
     undumpable()
 child = subprocess.run(["cat", f"/proc/{os.getpid()}/environ"], capture_output=True, text=True)

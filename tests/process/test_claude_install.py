@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 from tests.support.claude_cache import executable
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from bloom.cli.supervisor import port_in_use
 from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan, port_problem
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 from bloom.worker.demo import DEMO_API_KEY
 from tests.process.test_s3_artifacts import bloom
 from tests.support.net import free_port

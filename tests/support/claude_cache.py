@@ -4,7 +4,7 @@ import json
 import stat
 from pathlib import Path
 
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 
 
 def executable(path: Path, body: str = "#!/bin/sh\necho fake\n") -> Path:

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from bloom.worker.claude_cli import cached_binary, find_claude
+from bloom.worker.agents.claude.install import cached_binary, find_claude
 from tests.support.process import ServerProcess
 
 CLAUDE_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "claude-cli"

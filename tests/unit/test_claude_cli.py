@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bloom.cli.main import app
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 from tests.support.claude_cache import executable, lay_out
 
 

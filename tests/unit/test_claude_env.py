@@ -4,7 +4,8 @@ variables only while its switch is on, the operator's names, never the worker's 
 import pytest
 
 from bloom.web.settings import SettingsError
-from bloom.worker.claude_env import child_environment, listed_patterns, without_secrets
+from bloom.worker.agents.claude.env import child_environment
+from bloom.worker.agents.environment import listed_patterns, without_secrets
 from bloom.worker.settings import load_worker_settings
 
 NEEDED = {

@@ -15,7 +15,7 @@ from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import TaskStatus
 from bloom.web.settings import SettingsError
 from bloom.worker.agent import Worker
-from bloom.worker.credentials import (
+from bloom.worker.agents.claude.credentials import (
     NO_CREDENTIALS,
     CredentialFacts,
     auth_failure_message,
@@ -23,7 +23,8 @@ from bloom.worker.credentials import (
     missing_credentials,
     probe,
 )
-from bloom.worker.outcome import RunReport, decide
+from bloom.worker.agents.claude.outcome import decide
+from bloom.worker.agents.outcome import RunReport
 from bloom.worker.settings import WorkerSettings, load_worker_settings
 from tests.support.worker import claude_binary
 

@@ -15,7 +15,7 @@ from bloom.domain.tool_policy import (
     rule_problem,
     rules_problem,
 )
-from bloom.worker.claude import claude_args
+from bloom.worker.agents.claude.invocation import claude_args
 
 
 def project(**fields: object) -> ProjectToolPolicy:

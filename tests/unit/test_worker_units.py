@@ -13,19 +13,13 @@ from bloom.clients.runtime import RuntimeClient
 from bloom.domain.retry import ErrorCode
 from bloom.worker import conversations
 from bloom.worker.agent import Worker
-from bloom.worker.claude import Invocation, known_agent
-from bloom.worker.claude_env import child_environment
+from bloom.worker.agents.claude.env import child_environment
+from bloom.worker.agents.claude.invocation import Invocation, known_agent
+from bloom.worker.agents.claude.outcome import classify_error, decide
+from bloom.worker.agents.outcome import Outcome, RunReport, fit_output, json_output
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.echo_model import Script, next_tool_call, tool_results
 from bloom.worker.outbox import MAX_BATCH, MAX_BATCH_BYTES, EventOutbox, _batch, _bounded
-from bloom.worker.outcome import (
-    Outcome,
-    RunReport,
-    classify_error,
-    decide,
-    fit_output,
-    json_output,
-)
 from bloom.worker.prompt import MAX_FILE_BYTES, build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.task_run import Features, Pause, TaskRun

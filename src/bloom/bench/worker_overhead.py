@@ -42,9 +42,10 @@ from bloom.bench.http import Endpoint
 from bloom.bench.server import ModeUsageError, OwnProcess, answers, free_port, own_runtime
 from bloom.bench.stats import Latency, ms_text
 from bloom.bench.tables import print_errors
-from bloom.worker.claude import Invocation
-from bloom.worker.claude_cli import configured_claude, find_claude
-from bloom.worker.claude_env import child_environment, without_secrets
+from bloom.worker.agents.claude.env import child_environment
+from bloom.worker.agents.claude.install import configured_claude, find_claude
+from bloom.worker.agents.claude.invocation import Invocation
+from bloom.worker.agents.environment import without_secrets
 from bloom.worker.demo import DEMO_CLAUDE_ARGS, demo_environment
 
 CLI_TIMEOUT_SEC = 120

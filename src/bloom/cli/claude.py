@@ -3,7 +3,7 @@
 import typer
 
 from bloom.cli.output import fail, say
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 
 app = typer.Typer(no_args_is_help=True)  # its help: bloom.cli.main's
 

@@ -13,7 +13,7 @@ import typer
 
 from bloom.cli.output import fail, say
 from bloom.cli.remote import DEFAULT_URL, UrlOption, api_key
-from bloom.worker import claude_cli
+from bloom.worker.agents.claude import install as claude_cli
 
 app = typer.Typer(invoke_without_command=True)  # its help: bloom.cli.main's
 

@@ -31,8 +31,9 @@ from bloom.cli.supervisor import (
     http_ready,
     port_in_use,
 )
-from bloom.worker import claude_cli, credentials
-from bloom.worker.claude_env import child_environment
+from bloom.worker.agents.claude import credentials
+from bloom.worker.agents.claude import install as claude_cli
+from bloom.worker.agents.claude.env import child_environment
 from bloom.worker.demo import DEMO_REPO, demo_environment
 
 HOST = "127.0.0.1"

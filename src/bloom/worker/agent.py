@@ -20,9 +20,9 @@ from bloom.clients.wire import Grant, TaskInfo
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
-from bloom.worker import credentials, metrics, workspace_gc
+from bloom.worker import metrics, workspace_gc
 from bloom.worker.agent_http import AgentSurface, Refusal, serving
-from bloom.worker.claude_env import child_environment
+from bloom.worker.agents import registry
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.memory_auto import MemoryAutoSync
 from bloom.worker.settings import WorkerSettings
@@ -60,6 +60,9 @@ class Worker:
         self.membridge = membridge
         """Where the worker also announces itself (the seed's agent registry), if anywhere."""
         self.environ = environ
+        self.agents = registry.adapters(settings)
+        """The agent CLIs this worker runs, by name."""
+        self.claude = self.agents["claude"]
         # the file keeps its first name, so an upgraded worker still resumes its conversations
         self.conversations = ConversationBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
@@ -167,10 +170,13 @@ class Worker:
     async def check_credentials(self) -> None:
         """Look for the Claude CLI's credentials (without calling a model), as the CLI will be
         run; say so when they go missing, and when they come back."""
-        env = child_environment(self.environ, "default", self.settings.claude_env)
-        reason = await asyncio.to_thread(credentials.probe, self.settings.claude_bin, env)
+        env = self.claude.environment(self.environ, "default")
+        reason = await asyncio.to_thread(self.claude.credentials_problem, env)
         if self.refused_credentials is not None:
-            if reason is None and credentials.fingerprint(env) == self.refused_credentials:
+            if (
+                reason is None
+                and self.claude.credentials_fingerprint(env) == self.refused_credentials
+            ):
                 reason = self.not_ready  # the same credentials the CLI could not use
             else:
                 self.refused_credentials = None  # gone, or changed: found again, they are back
@@ -184,8 +190,8 @@ class Worker:
         """A run could not authenticate and the worker waits for its credentials (instead of
         failing the task): it registers as not ready, taking no work until `check_credentials`
         finds its credentials changed, or gone and then back."""
-        env = child_environment(self.environ, "default", self.settings.claude_env)
-        self.refused_credentials = credentials.fingerprint(env)
+        env = self.claude.environment(self.environ, "default")
+        self.refused_credentials = self.claude.credentials_fingerprint(env)
         reason = message[: MAX_NOT_READY - len(WAITING)].rstrip(" .") + WAITING
         if reason != self.not_ready:
             log.warning("claude_not_ready", reason=reason)
@@ -376,6 +382,7 @@ class Worker:
             self.credentials_refused,
             claim_next=self._takes_next if follow else None,
             features=self.features,
+            agent=self.claude,
         )
         task = asyncio.create_task(run.run())
         self.running.add(grant.task.id)

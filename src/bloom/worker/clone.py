@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
-from bloom.worker.claude_env import without_secrets
+from bloom.worker.agents.environment import without_secrets
 
 PROJECT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 REPO_URL = re.compile(r"(?:https?://|ssh://|git@)[^\s\x00-\x1f\x7f]{1,1024}")

@@ -13,7 +13,7 @@ from bloom.domain.clock import system_clock
 from bloom.memory.settings import MemorySettings, load_memory_settings
 from bloom.web.settings import SettingsError
 from bloom.worker.agent import Worker
-from bloom.worker.claude import death_signal_prefix, undumpable
+from bloom.worker.agents.process import death_signal_prefix, undumpable
 from bloom.worker.process_control import reexec
 from bloom.worker.settings import WorkerSettings
 

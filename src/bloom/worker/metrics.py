@@ -4,7 +4,7 @@ each scrape its running tasks and slots. A registry of its own: nothing of a ser
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from bloom.worker.outcome import Outcome
+from bloom.worker.agents.outcome import Outcome
 
 REGISTRY = CollectorRegistry()
 ATTEMPTS = Counter(

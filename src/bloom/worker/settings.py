@@ -13,7 +13,7 @@ from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_ID
 from bloom.domain.models import MAX_CLAIM_WAIT_SEC
 from bloom.web.settings import ListenerSettings, SettingsError, is_loopback, load_settings
-from bloom.worker.claude_env import listed_patterns
+from bloom.worker.agents.environment import listed_patterns
 
 
 def _env(*names: str) -> AliasChoices:

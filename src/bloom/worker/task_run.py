@@ -34,11 +34,12 @@ from bloom.clients.wire import (
 )
 from bloom.domain.retry import ErrorCode
 from bloom.worker import metrics
-from bloom.worker.claude import ClaudeProcess, Gate, Invocation, claude_args, known_agent
-from bloom.worker.claude_env import child_environment
+from bloom.worker.agents import registry
+from bloom.worker.agents.base import AgentCli, Launch, Refused, RunSpec
+from bloom.worker.agents.outcome import Outcome, RunReport
+from bloom.worker.agents.process import AgentProcess, Gate
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.outbox import FENCED, MAX_BATCH_BYTES, EventOutbox, LeaseLost
-from bloom.worker.outcome import Outcome, RunReport, decide
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
 from bloom.worker.workspace import Author, Prepared, WorkspaceFailed, Workspaces
@@ -51,7 +52,6 @@ FLUSH_SEC = 0.5
 COMPLETE_BYTES = 4 * 1024 * 1024
 """A complete's output, error, patch and events together stay within this (the body limit, 5
 MiB by default): the events that would not fit are posted before it."""
-NO_CONVERSATION = "No conversation found"
 USAGE_LIMIT_FALLBACK_MS = 60 * 60 * 1000
 GIVEN_BACK_DELAY_MS = 1000
 """A task given back for an authentication failure (BLOOM_WORKER_ON_AUTH_FAILURE=wait) may run
@@ -127,8 +127,11 @@ class TaskRun:
         credentials_refused: Callable[[str], Awaitable[None]] | None = None,
         claim_next: Callable[[TaskInfo], bool] | None = None,
         features: Features | None = None,
+        agent: AgentCli | None = None,
     ):
         self.settings = settings
+        self.agent = agent or registry.adapter(settings)
+        """The task's agent CLI: everything particular to it goes through this boundary."""
         self.credentials_refused = credentials_refused
         """Told (before the attempt is reported) when the CLI could not authenticate and the
         worker waits for its credentials instead of failing the task."""
@@ -173,6 +176,14 @@ class TaskRun:
         if attempted is None:
             return None  # the lease was lost while it ran
         report, outcome = attempted
+        if outcome.pending is not None:
+            outcome = replace(
+                outcome,
+                pending=None,
+                error_code=ErrorCode.FATAL,
+                error_message=f"The run paused for a decision on {outcome.pending.tool}, "
+                "which this worker cannot ask for yet",
+            )
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -205,6 +216,15 @@ class TaskRun:
         except LeaseLost as exc:
             self.log.warning("lease_lost", reason=str(exc))
             return None
+        except Refused as exc:
+            self.log.warning("run_refused", error=str(exc))
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
+            outcome = Outcome(
+                False,
+                error_message=str(exc),
+                error_code=ErrorCode.FATAL,
+                metrics={"duration_ms": 0},
+            )
         except WorkspaceFailed as exc:
             self.log.warning("workspace_failed", error=str(exc))
             report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
@@ -233,7 +253,7 @@ class TaskRun:
         taking work (it says so before the attempt is reported, so that the task is not handed
         back to it), and the attempt is reported as a rate limit is, given back without being
         counted, for a worker whose credentials work."""
-        message = outcome.error_message or "The Claude CLI could not authenticate"
+        message = outcome.error_message or f"The {self.agent.title} CLI could not authenticate"
         if self.credentials_refused is not None:
             await self.credentials_refused(message)
         return replace(
@@ -244,7 +264,7 @@ class TaskRun:
         )
 
     def _decide(self, report: RunReport) -> Outcome:
-        return decide(
+        return self.agent.outcome(
             report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
         )
 
@@ -285,39 +305,32 @@ class TaskRun:
         resume = self.conversations.get(self.task.context_id)
         self.cwd = prepared.path if prepared is not None else None
         report = await self._run_cli(resume, first.allows)
-        failed_resume = report.result is None or report.result.get("is_error")
         if (
             first.lost is None
             and not first.cancelled
             and resume
-            and failed_resume
-            and NO_CONVERSATION in (report.stderr_tail + str(report.result))
+            and self.agent.session_lost(report)
         ):
             self.conversations.forget(self.task.context_id)  # its transcript is gone: start anew
             report = await self._run_cli(None)
         return report
 
-    def _invocation(self, resume: str | None) -> Invocation:
+    def _invocation(self, resume: str | None) -> Launch:
+        """The adapter's command for this run; `Refused` when its CLI cannot do what the task
+        asks."""
         settings, task = self.settings, self.task
         context = resolve_hints(list(task.context_hints), settings.project_dir)
         workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
-        extra = claude_args(settings.claude_args, task.policy.tools, workspace=self.cwd is not None)
-        slug = task.agent_slug or "default"
-        agent_dirs = [Path.home() / ".claude" / "agents"]
-        if settings.project_dir:
-            agent_dirs.append(settings.project_dir / ".claude" / "agents")
-        return Invocation(
-            binary=settings.claude_bin,
+        spec = RunSpec(
             prompt=build_prompt(task.prompt, context),
             cwd=workdir,
-            env=child_environment(self.environ, slug, settings.claude_env),
-            timeout_sec=task.policy.timeout_sec,
+            policy=task.policy,
+            agent_slug=task.agent_slug or "default",
             resume=resume,
-            agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
-            budget_usd=task.policy.budget,
-            extra_args=extra,
+            workspace=self.cwd is not None,
         )
+        return self.agent.invocation(spec, self.environ)
 
     async def _run_cli(self, resume: str | None, gate: Gate | None = None) -> RunReport:
         invocation = self._invocation(resume)
@@ -330,7 +343,7 @@ class TaskRun:
                 "resumed_session": resume,
             },
         )
-        process = ClaudeProcess(invocation, self.outbox.add, gate)
+        process = AgentProcess(invocation, self.agent.parser(), self.outbox.add, gate)
         keeper = asyncio.create_task(self._keep_alive(process))
         run = asyncio.create_task(process.run())
         done, _ = await asyncio.wait({keeper, run}, return_when=asyncio.FIRST_COMPLETED)
@@ -341,7 +354,7 @@ class TaskRun:
         keeper.cancel()
         return run.result()  # its last events go with the attempt's `finished` (`_report`)
 
-    async def _keep_alive(self, process: ClaudeProcess) -> None:
+    async def _keep_alive(self, process: AgentProcess) -> None:
         """Flush events often and renew the lease every `heartbeat_sec`; stop the CLI when the
         task is cancelled. Raises LeaseLost when the runtime refuses the lease."""
         last_beat = time.monotonic()

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bloom.worker.claude_env import PROVIDERS, SWITCHED_ON
+from bloom.worker.agents.claude.env import PROVIDERS
+from bloom.worker.agents.environment import SWITCHED_ON
 
 AUTH_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 ADVICE = (

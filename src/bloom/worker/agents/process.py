@@ -1,9 +1,12 @@
-"""Running the `claude` binary once: argv, a clean environment, streaming, timeout and kill.
+"""Running an agent CLI once, whatever the CLI: spawn, feed, stream, timeout and kill (shared by
+every adapter).
 
-`claude -p --output-format stream-json --verbose`, the prompt on stdin (never in argv, where `ps`
-would show it and the argument size limit would cut it). The CLI runs in a process group of its
-own, so a timeout or a cancel kills it and everything it started; on Linux it is also killed when
-the worker dies, even by kill -9 (its parent-death signal).
+The adapter says what to run (`Launch`: argv, environment, working directory, the text for
+stdin) and how to read its stdout (`StreamParser`: each line into task events); this module runs
+it. The prompt goes on stdin (never in argv, where `ps` would show it and the argument size limit
+would cut it). The CLI runs in a process group of its own, so a timeout or a cancel kills it and
+everything it started; on Linux it is also killed when the worker dies, even by kill -9 (its
+parent-death signal). Its stderr is forwarded as `stderr` events and its tail kept.
 """
 
 import asyncio
@@ -11,22 +14,18 @@ import contextlib
 import ctypes
 import ctypes.util
 import functools
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bloom.domain.tool_policy import ToolPolicy, cli_args
-from bloom.worker.outcome import RunReport
+from bloom.worker.agents.base import Launch, StreamParser
+from bloom.worker.agents.outcome import RunReport
 
-BUILTIN_AGENTS = frozenset({"claude", "Explore", "general-purpose", "Plan", "statusline-setup"})
 KILL_GRACE_SEC = 3.0
 STDERR_TAIL = 4000
 STREAM_LIMIT = 16 * 1024 * 1024  # one stream-json line can carry a whole file a tool read
@@ -35,7 +34,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 
 EventSink = Callable[[str, Any], Awaitable[None]]
-"""Receives each event of the run: ("claude", <stream-json object>) or ("stderr", {"line"})."""
+"""Receives each event of the run: what the adapter's parser made of a stdout line (Claude:
+("claude", <stream-json object>)), or ("stderr", {"line"})."""
 Gate = Callable[[], Awaitable[bool]]
 """Whether the prompt may go to the CLI: awaited once the CLI has started, before it is fed."""
 
@@ -74,44 +74,17 @@ def death_signal_prefix() -> tuple[str, ...]:
     return prefix if probe.returncode == 0 else ()
 
 
-def known_agent(slug: str, search_dirs: list[Path]) -> bool:
-    """Whether `slug` names an agent the CLI knows: a built-in one or `<dir>/<slug>.md`."""
-    if slug in BUILTIN_AGENTS:
-        return True
-    return "/" not in slug and any((d / f"{slug}.md").is_file() for d in search_dirs)
-
-
-@dataclass(frozen=True, slots=True)
-class Invocation:
-    binary: str
-    prompt: str
-    cwd: Path
-    env: dict[str, str]
-    timeout_sec: int
-    resume: str | None = None
-    agent: str | None = None
-    budget_usd: float = 0.0
-    extra_args: list[str] = field(default_factory=list)
-
-    def argv(self) -> list[str]:
-        args = [self.binary, "-p", "--output-format", "stream-json", "--verbose", *self.extra_args]
-        if self.resume:
-            args += ["--resume", self.resume]
-        if self.agent:
-            args += ["--agent", self.agent]
-        if self.budget_usd > 0:
-            args += ["--max-budget-usd", f"{self.budget_usd:g}"]
-        return args
-
-
-class ClaudeProcess:
+class AgentProcess:
     """One run; `cancel()` (from another task) stops it as a cancel, not a failure."""
 
-    def __init__(self, invocation: Invocation, sink: EventSink, gate: Gate | None = None):
+    def __init__(
+        self, invocation: Launch, parser: StreamParser, sink: EventSink, gate: Gate | None = None
+    ):
         """With `gate`, the CLI starts at once but gets its prompt (on stdin, which it reads to
         the end before it does anything) only once `gate` says yes; if it says no, the CLI is
         killed unfed (`withheld`): it never asked a model or ran a tool."""
         self.invocation = invocation
+        self.parser = parser
         self.sink = sink
         self.gate = gate
         self.withheld = False
@@ -185,29 +158,23 @@ class ClaudeProcess:
             await self.kill()  # its stdin still open: it has read no prompt
             return
         try:
-            process.stdin.write(self.invocation.prompt.encode())
+            process.stdin.write(self.invocation.stdin.encode())
             await process.stdin.drain()
             process.stdin.close()
         except (BrokenPipeError, ConnectionResetError):
             pass
 
     async def _read_stdout(self, process: asyncio.subprocess.Process) -> dict[str, Any] | None:
-        """Every stream-json event to the sink; the run's `result` event, if one came."""
+        """Every line, as the adapter's parser reads it, to the sink; the run's final record
+        (the parser's), if one came."""
         assert process.stdout is not None
-        result: dict[str, Any] | None = None
         async for raw in process.stdout:
             line = raw.decode(errors="replace").strip()
             if not line:
                 continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                await self.sink("stderr", {"line": line[:2000]})
-                continue
-            if isinstance(event, dict) and event.get("type") == "result":
-                result = event
-            await self.sink("claude", event)
-        return result
+            for kind, payload in self.parser.feed(line):
+                await self.sink(kind, payload)
+        return self.parser.final
 
     async def _read_stderr(self, process: asyncio.subprocess.Process, lines: list[str]) -> None:
         assert process.stderr is not None
@@ -234,41 +201,3 @@ class ClaudeProcess:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-PERMISSIONS_SET = frozenset({"--permission-mode", "--dangerously-skip-permissions"})
-"""Arguments by which BLOOM_CLAUDE_ARGS decides what a run may do without asking."""
-
-
-def claude_args(fleet: Sequence[str], tools: ToolPolicy | None, *, workspace: bool) -> list[str]:
-    """The CLI's arguments beyond the worker's own: BLOOM_CLAUDE_ARGS (`fleet`), then the
-    task's tool policy as the CLI's flags (docs/approvals.md).
-
-    Rules add up with the fleet's (repeated --allowedTools/--disallowedTools are unions, and
-    the CLI's deny wins over any allow, even under bypassPermissions). A task's own mode wins:
-    the fleet's --permission-mode and --dangerously-skip-permissions are dropped then (the CLI
-    would keep bypassing under the latter whatever mode follows). Without one, a workspace task
-    runs in acceptEdits unless the fleet says otherwise (headless: else no edit is allowed)."""
-    args = list(fleet)
-    if tools is not None and tools.mode is not None:
-        args = _without_permission_mode(args)
-    elif workspace and not any(_option(arg) in PERMISSIONS_SET for arg in args):
-        args += ["--permission-mode", "acceptEdits"]
-    return args + (cli_args(tools) if tools is not None else [])
-
-
-def _option(arg: str) -> str:
-    return arg.partition("=")[0] if arg.startswith("--") else arg
-
-
-def _without_permission_mode(args: list[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--permission-mode":
-            skip = True
-        elif _option(arg) not in PERMISSIONS_SET:
-            kept.append(arg)
-    return kept

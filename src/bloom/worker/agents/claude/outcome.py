@@ -5,68 +5,23 @@ The CLI ends a `stream-json` run with one `result` event (`result`, `is_error`, 
 Overloaded …", "API Error: Request rejected (429) · Claude AI usage limit reached|<epoch s>".
 """
 
-import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
-from bloom.clients.wire import CompleteRequest
 from bloom.domain.retry import ErrorCode
-from bloom.domain.states import ResultStatus
 from bloom.domain.usage import MAX_MODEL_CHARS
-from bloom.domain.workspace import WorkspaceResult
-from bloom.worker.credentials import auth_failure_message, is_auth_failure
+from bloom.worker.agents.claude.credentials import auth_failure_message, is_auth_failure
+from bloom.worker.agents.outcome import (
+    ERROR_TAIL,
+    Outcome,
+    RunReport,
+    epoch_ms,
+    fit_output,
+    json_output,
+)
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
 RATE_LIMITED = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.IGNORECASE)
-JSON_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
-ERROR_TAIL = 2000
-MAX_OUTPUT_JSON_BYTES = 4 * 1024 * 1024
-"""An output must fit the runtime's request body limit (5 MiB by default) as JSON text."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunReport:
-    """What the executor saw of one CLI run."""
-
-    exit_code: int | None
-    duration_ms: int
-    result: dict[str, Any] | None = None
-    stderr_tail: str = ""
-    timed_out: bool = False
-    timeout_sec: int = 0
-    cancelled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The complete call's content."""
-
-    success: bool
-    output: str | None = None
-    error_message: str | None = None
-    error_code: ErrorCode | None = None
-    retry_at: int | None = None
-    session_id: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    workspace: WorkspaceResult | None = None
-    patch: str | None = None
-
-    def completion(self, lease_id: str, worker_id: str) -> CompleteRequest:
-        """The complete call for this outcome, fenced by the attempt's lease."""
-        return CompleteRequest(
-            lease_id=lease_id,
-            worker_id=worker_id,
-            status=ResultStatus.SUCCESS if self.success else ResultStatus.ERROR,
-            metrics=self.metrics,
-            output=self.output,
-            error_message=self.error_message,
-            error_code=self.error_code,
-            retry_at=self.retry_at,
-            session_id=self.session_id,
-            workspace=self.workspace,
-            patch=self.patch,
-        )
 
 
 def metrics_of(report: RunReport) -> dict[str, Any]:
@@ -118,49 +73,16 @@ def _error_text(result: dict[str, Any]) -> str:
     return f"Claude CLI reported an error ({result.get('subtype', 'unknown')})"
 
 
-def _epoch_ms(value: str) -> int:
-    number = int(value)
-    return number if number >= 10**12 else number * 1000
-
-
 def classify_error(text: str) -> tuple[ErrorCode, int | None]:
     """The error code (and reset time, epoch ms) for an error the CLI reported as text."""
     if is_auth_failure(text):
         return ErrorCode.AUTH_FAILED, None
     usage = USAGE_LIMIT.search(text)
     if usage:
-        return ErrorCode.USAGE_LIMIT, _epoch_ms(usage.group(1)) if usage.group(1) else None
+        return ErrorCode.USAGE_LIMIT, epoch_ms(usage.group(1)) if usage.group(1) else None
     if RATE_LIMITED.search(text):
         return ErrorCode.RATE_LIMITED, None
     return ErrorCode.CLI_ERROR, None
-
-
-def json_output(text: str) -> str | None:
-    """`text` as JSON text (a ```json fence removed), or None when it is not JSON."""
-    stripped = text.strip()
-    fenced = JSON_FENCE.match(stripped)
-    candidate = fenced.group(1) if fenced else stripped
-    try:
-        json.loads(candidate)
-    except ValueError:
-        return None
-    return candidate
-
-
-def fit_output(text: str, limit: int = MAX_OUTPUT_JSON_BYTES) -> str:
-    """`text`, cut (and saying so) where its JSON encoding would exceed `limit` bytes."""
-    if len(text) * 12 + 2 <= limit or len(json.dumps(text)) <= limit:  # 12: a surrogate pair
-        return text
-    keep_low, keep_high = 0, len(text)
-    while keep_low < keep_high:  # the longest prefix that fits, with room for the note
-        middle = (keep_low + keep_high + 1) // 2
-        if len(json.dumps(text[:middle])) <= limit - 200:
-            keep_low = middle
-        else:
-            keep_high = middle - 1
-    return (
-        f"{text[:keep_low]}\n[output cut by the worker: {keep_low} of {len(text)} characters kept]"
-    )
 
 
 def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outcome:

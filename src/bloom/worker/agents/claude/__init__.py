@@ -1,0 +1,1 @@
+"""The Claude CLI (Anthropic's Claude Code) behind the agent-CLI boundary: `adapter.ClaudeCli`."""

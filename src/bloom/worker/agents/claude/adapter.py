@@ -1,0 +1,114 @@
+"""The Claude CLI as an `AgentCli`: what is Claude's own (its flags, its `stream-json`, its
+result event, its errors, its credentials, its npm package) behind the worker's boundary."""
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from bloom.domain.retry import ErrorCode
+from bloom.worker.agents.base import AgentCli, Found, Launch, Refused, RunSpec, StreamParser
+from bloom.worker.agents.claude import credentials, stream
+from bloom.worker.agents.claude import install as cli_install
+from bloom.worker.agents.claude import outcome as claude_outcome
+from bloom.worker.agents.claude.env import child_environment
+from bloom.worker.agents.claude.invocation import Invocation, claude_args, known_agent
+from bloom.worker.agents.outcome import Outcome, RunReport
+
+NO_CONVERSATION = "No conversation found"
+"""What the CLI says when the session it was to resume is not on this machine."""
+VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
+VERSION_TIMEOUT_SEC = 10.0
+
+
+def version_of(binary: str | Path) -> str | None:
+    """What `<binary> --version` says its version is (blocking; no model is called)."""
+    try:
+        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_SEC,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = VERSION.search(done.stdout) if done.returncode == 0 else None
+    return found.group(0) if found else None
+
+
+@dataclass(slots=True)
+class ClaudeCli(AgentCli):
+    name: ClassVar[str] = "claude"
+    title: ClassVar[str] = "Claude"
+    package: ClassVar[str] = cli_install.PACKAGE
+    pinned_version: ClassVar[str] = cli_install.PINNED_VERSION
+    event_type: ClassVar[str] = stream.EVENT_TYPE
+
+    @classmethod
+    def find(cls, environ: Mapping[str, str]) -> Found | None:
+        chosen = cli_install.configured_claude(environ)
+        if chosen:
+            path = shutil.which(chosen)
+            return Found(Path(path), version_of(path), "configured") if path else None
+        on_path = shutil.which("claude", path=environ.get("PATH"))
+        if on_path:
+            return Found(Path(on_path), version_of(on_path), "path")
+        cache = cli_install.cache_dir(environ)
+        cached = cli_install.cached_binary(cache)
+        if cached is None:
+            return None
+        return Found(cached, cli_install.installed_version(cache), "cache")
+
+    @classmethod
+    def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
+        return cli_install.install_claude(cli_install.cache_dir(environ), echo)
+
+    def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
+        return child_environment(environ, agent_slug, self.listed_env)
+
+    def invocation(self, spec: RunSpec, environ: Mapping[str, str]) -> Launch:
+        if spec.decisions:
+            raise Refused(
+                "the Claude adapter cannot resume with decisions on deferred tool calls yet "
+                "(approvals are not built)"
+            )
+        slug = spec.agent_slug or "default"
+        agent_dirs = [Path.home() / ".claude" / "agents", *self.agent_dirs]
+        return Invocation(
+            binary=self.binary,
+            prompt=spec.prompt,
+            cwd=spec.cwd,
+            env=self.environment(environ, slug),
+            timeout_sec=spec.policy.timeout_sec,
+            resume=spec.resume,
+            agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
+            budget_usd=spec.policy.budget,
+            extra_args=claude_args(self.extra_args, spec.policy.tools, workspace=spec.workspace),
+        )
+
+    def parser(self) -> StreamParser:
+        return stream.ClaudeStream()
+
+    def outcome(self, report: RunReport, *, desired_format: str, budget_usd: float) -> Outcome:
+        return claude_outcome.decide(report, desired_format=desired_format, budget_usd=budget_usd)
+
+    def classify_error(self, text: str) -> tuple[ErrorCode, int | None]:
+        return claude_outcome.classify_error(text)
+
+    def session_lost(self, report: RunReport) -> bool:
+        failed = report.result is None or bool(report.result.get("is_error"))
+        return failed and NO_CONVERSATION in (report.stderr_tail + str(report.result))
+
+    def normalise(self, kind: str, data: Any) -> list[dict[str, Any]]:
+        return stream.normalise(data) if kind == self.event_type else []
+
+    def credentials_problem(self, env: Mapping[str, str]) -> str | None:
+        return credentials.probe(self.binary, env)
+
+    def credentials_fingerprint(self, env: Mapping[str, str]) -> str:
+        return credentials.fingerprint(env)
