@@ -330,8 +330,9 @@ async def test_what_the_cli_cannot_do_fails_the_task_with_the_reason(tmp_path: P
     assert body["error_message"] == "the lines CLI has no flag for deny rules"
 
 
-async def test_a_pause_the_runtime_cannot_take_yet_is_a_failure_saying_so(tmp_path: Path) -> None:
+async def test_a_pause_is_reported_as_a_call_waiting_for_a_person(tmp_path: Path) -> None:
     body = await run_task(tmp_path, LineCli(binary="/bin/sh", pause=True))
     assert body["status"] == "error"
-    assert body["error_code"] == "fatal"
-    assert "paused for a decision on Bash" in body["error_message"]
+    assert body["error_code"] == "approval_required"
+    assert "decision on Bash" in body["error_message"]
+    assert (body["approval"]["tool_use_id"], body["approval"]["tool_name"]) == ("c1", "Bash")

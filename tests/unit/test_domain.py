@@ -299,6 +299,7 @@ def test_every_error_code_has_a_decided_outcome() -> None:
         ErrorCode.RATE_LIMITED: TaskStatus.QUEUED,
         ErrorCode.USAGE_LIMIT: TaskStatus.QUEUED,
         ErrorCode.CANCELLED: TaskStatus.CANCELLED,
+        ErrorCode.APPROVAL_REQUIRED: TaskStatus.AWAITING_APPROVAL,
     }
     assert set(expected) == set(ErrorCode)
     assert {code: outcome(code).status for code in ErrorCode} == expected

@@ -4,6 +4,7 @@ worker, in `awaiting_approval`; a decision (or its timeout) puts it back in the 
 run resumes the same session with the decision applied to exactly that call. docs/approvals.md.
 """
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from enum import StrEnum
@@ -88,15 +89,23 @@ class Approval:
         allowed = self.status == ApprovalStatus.APPROVED
         return {
             "approval_id": self.id,
+            "task_id": self.task_id,
             "tool_use_id": self.tool_use_id,
             "session_id": self.session_id,
             "tool_name": self.tool_name,
             "tool_input": self.tool_input,
+            "input_digest": input_digest(self.tool_input),
             "decision": Decision.APPROVE if allowed else Decision.DENY,
             "note": self.note,
             "decided_by": self.decided_by,
             "remember": self.remember,
         }
+
+
+def input_digest(tool_input: Any) -> str:
+    """A call's input as one short string: equal inputs, equal digests (keys in any order)."""
+    text = json.dumps(tool_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def bounded_input(tool_input: Any) -> dict[str, Any]:

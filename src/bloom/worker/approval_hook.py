@@ -9,9 +9,10 @@ for each tool call: `python -m bloom.worker.approval_hook PLAN` with the hook's 
   an approved call; this allows exactly the approved calls, and leaves the rest to the CLI,
   which refuses them in `-p` mode. So a call `asks` misses is refused, never run unasked.
 
-The plan (written by the worker for the run) is JSON: `{"ask": [rules], "decisions":
-[rulings that apply to this run]}`. Only the standard library and `tool_policy` are imported:
-the CLI starts this once per call.
+The plan (the worker's, for the run, given as the argument) is JSON: `{"ask": [rules],
+"decisions": [{"id", "allow", "reason", "tool", "digest", "remember"}]}`, the decisions that
+apply to this run (`agents.claude.approvals`). Only the standard library and the domain's
+`tool_policy` and `approvals` are imported: the CLI starts this once per call.
 """
 
 import json
@@ -19,6 +20,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from bloom.domain.approvals import input_digest
 from bloom.domain.tool_policy import asks
 
 PRE = "PreToolUse"
@@ -39,9 +41,9 @@ def answer(event: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any] 
         return None
     ruling = _ruling_for(decisions, str(event.get("tool_use_id", "")), tool, tool_input)
     if ruling is not None:
-        if ruling.get("decision") == "approve":
-            return _pre("allow", f"Approved by {ruling.get('decided_by') or 'a person'}")
-        return _pre("deny", _denial(ruling))
+        if ruling.get("allow"):
+            return _pre("allow", "Approved by a person")
+        return _pre("deny", str(ruling.get("reason") or "Denied by a person"))
     for rule in plan.get("ask") or ():
         if asks(str(rule), tool, tool_input):
             return _pre("defer", f"{rule} is in the task's ask rules: a person decides")
@@ -65,7 +67,7 @@ def _ruling_for(
     decisions: list[Mapping[str, Any]], tool_use_id: str, tool: str, tool_input: Any
 ) -> Mapping[str, Any] | None:
     for ruling in decisions:
-        if tool_use_id and ruling.get("tool_use_id") == tool_use_id:
+        if tool_use_id and ruling.get("id") == tool_use_id:
             return ruling
     for ruling in decisions:
         if ruling.get("remember") and _approves(ruling, tool, tool_input):
@@ -75,24 +77,17 @@ def _ruling_for(
 
 def _approves(ruling: Mapping[str, Any], tool: str, tool_input: Any) -> bool:
     return (
-        ruling.get("decision") == "approve"
-        and ruling.get("tool_name") == tool
-        and ruling.get("tool_input") == tool_input
+        bool(ruling.get("allow"))
+        and ruling.get("tool") == tool
+        and ruling.get("digest") == input_digest(tool_input)
     )
-
-
-def _denial(ruling: Mapping[str, Any]) -> str:
-    who = ruling.get("decided_by") or "a person"
-    note = ruling.get("note")
-    return f"Denied by {who}" + (f": {note}" if note else "")
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m bloom.worker.approval_hook PLAN", file=sys.stderr)
+        print("usage: python -m bloom.worker.approval_hook PLAN_JSON", file=sys.stderr)
         return 2
-    with open(argv[1], encoding="utf-8") as plan_file:
-        plan = json.load(plan_file)
+    plan = json.loads(argv[1])
     event = json.load(sys.stdin)
     said = answer(event, plan)
     if said is not None:

@@ -39,6 +39,7 @@ from bloom.worker.agents.base import AgentCli, Launch, Refused, RunSpec
 from bloom.worker.agents.outcome import Outcome, RunReport
 from bloom.worker.agents.process import AgentProcess, Gate
 from bloom.worker.conversations import ConversationBook
+from bloom.worker.decisions import applying
 from bloom.worker.outbox import FENCED, MAX_BATCH_BYTES, EventOutbox, LeaseLost
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
@@ -60,6 +61,10 @@ GIVEN_BACK = " The task was given back to the queue (BLOOM_WORKER_ON_AUTH_FAILUR
 
 
 @dataclass(slots=True)
+class DecisionsUnread(Exception):
+    """The runtime could not say what was decided on the task's deferred calls."""
+
+
 class Features:
     """What the runtime's complete takes, as this worker has found (shared by its runs)."""
 
@@ -148,6 +153,8 @@ class TaskRun:
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
         self.workspaces = Workspaces(settings.workspaces_dir, Author(*settings.git_author_parts))
         self.cwd: Path | None = None
+        self.rulings: list[Mapping[str, Any]] = []
+        """The task's decisions on deferred calls (a task with `ask` rules; `decisions`)."""
         """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
         self.log = log.bind(task_id=self.task.id, lease_id=self.lease.id)
 
@@ -176,14 +183,6 @@ class TaskRun:
         if attempted is None:
             return None  # the lease was lost while it ran
         report, outcome = attempted
-        if outcome.pending is not None:
-            outcome = replace(
-                outcome,
-                pending=None,
-                error_code=ErrorCode.FATAL,
-                error_message=f"The run paused for a decision on {outcome.pending.tool}, "
-                "which this worker cannot ask for yet",
-            )
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -208,6 +207,7 @@ class TaskRun:
         change kept; None when the lease was lost meanwhile."""
         try:
             async with self.conversations.lock(self.task.context_id):
+                self.rulings = await self._rulings()
                 prepared = await self._prepare_workspace()
                 report = await self._execute(first, prepared)
                 outcome = self._decide(report)
@@ -223,6 +223,15 @@ class TaskRun:
                 False,
                 error_message=str(exc),
                 error_code=ErrorCode.FATAL,
+                metrics={"duration_ms": 0},
+            )
+        except DecisionsUnread as exc:
+            self.log.warning("decisions_unread", error=str(exc))
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=str(exc))
+            outcome = Outcome(
+                False,
+                error_message=f"The task's decisions could not be read: {exc}",
+                error_code=ErrorCode.RATE_LIMITED,  # given back, not counted: nothing ran
                 metrics={"duration_ms": 0},
             )
         except WorkspaceFailed as exc:
@@ -267,6 +276,16 @@ class TaskRun:
         return self.agent.outcome(
             report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
         )
+
+    async def _rulings(self) -> list[Mapping[str, Any]]:
+        """A task with `ask` rules: the decisions made on its calls, for the run to apply."""
+        tools = self.task.policy.tools
+        if tools is None or not tools.ask:
+            return []
+        try:
+            return await self.client.decisions(self.task.id)
+        except (RuntimeApiError, RuntimeUnreachable) as exc:
+            raise DecisionsUnread(str(exc)) from None
 
     async def _prepare_workspace(self) -> Prepared | None:
         """The task's worktree, ready at its branch's head (None: the task has no workspace),
@@ -322,6 +341,7 @@ class TaskRun:
         context = resolve_hints(list(task.context_hints), settings.project_dir)
         workdir = self.cwd or settings.resolved_work_dir / "tasks" / task.id
         workdir.mkdir(parents=True, exist_ok=True)
+        decided, continues = applying(self.rulings, task.id, resume)
         spec = RunSpec(
             prompt=build_prompt(task.prompt, context),
             cwd=workdir,
@@ -329,6 +349,8 @@ class TaskRun:
             agent_slug=task.agent_slug or "default",
             resume=resume,
             workspace=self.cwd is not None,
+            decisions=decided,
+            continues=continues,
         )
         return self.agent.invocation(spec, self.environ)
 

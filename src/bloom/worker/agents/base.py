@@ -62,11 +62,17 @@ def agent_event(kind: EventKind, **data: Any) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class Decision:
     """A person's decision on a tool call a run deferred (`Outcome.pending`), for the run that
-    resumes its session."""
+    resumes its session; or, `remember`ed, on every equal call (same tool, same input) of the
+    task's context."""
 
     call_id: str
     allow: bool
     reason: str | None = None
+    """What the agent is told of a denial (who denied it, and their note)."""
+    tool: str = ""
+    input_digest: str = ""
+    """`approvals.input_digest` of the call's input."""
+    remember: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,9 @@ class RunSpec:
     """The run edits a workspace (a git worktree the worker commits afterwards)."""
     decisions: tuple[Decision, ...] = ()
     """Resume with these decisions on the calls the session deferred."""
+    continues: bool = False
+    """The run continues `resume` where it stopped at a deferred call: the prompt is not sent
+    again (the session goes on from the call, decided)."""
 
 
 class Launch(Protocol):

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from bloom.clients.wire import CompleteRequest
+from bloom.domain import approvals
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
 from bloom.domain.workspace import WorkspaceResult
@@ -54,6 +55,10 @@ class PendingCall:
     tool: str
     input: dict[str, Any] = field(default_factory=dict)
 
+    def asked(self, session_id: str | None) -> approvals.PendingCall:
+        """As the complete reports it: the call, in the session a decision resumes."""
+        return approvals.PendingCall(self.call_id, self.tool, self.input, session_id)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -85,12 +90,15 @@ class Outcome:
             status=ResultStatus.SUCCESS if self.success else ResultStatus.ERROR,
             metrics=self.metrics,
             output=self.output,
-            error_message=self.error_message,
-            error_code=self.error_code,
+            error_message=self.error_message or (
+                f"Waiting for a person's decision on {self.pending.tool}" if self.pending else None
+            ),
+            error_code=ErrorCode.APPROVAL_REQUIRED if self.pending else self.error_code,
             retry_at=self.retry_at,
             session_id=self.session_id,
             workspace=self.workspace,
             patch=self.patch,
+            approval=self.pending.asked(self.session_id) if self.pending else None,
         )
 
 

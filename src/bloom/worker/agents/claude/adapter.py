@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from bloom.domain.retry import ErrorCode
 from bloom.worker.agents.base import AgentCli, Found, Launch, Refused, RunSpec, StreamParser
-from bloom.worker.agents.claude import credentials, stream
+from bloom.worker.agents.claude import approvals, credentials, stream
 from bloom.worker.agents.claude import install as cli_install
 from bloom.worker.agents.claude import outcome as claude_outcome
 from bloom.worker.agents.claude.env import child_environment
@@ -72,23 +72,26 @@ class ClaudeCli(AgentCli):
         return child_environment(environ, agent_slug, self.listed_env)
 
     def invocation(self, spec: RunSpec, environ: Mapping[str, str]) -> Launch:
-        if spec.decisions:
-            raise Refused(
-                "the Claude adapter cannot resume with decisions on deferred tool calls yet "
-                "(approvals are not built)"
-            )
+        tools = spec.policy.tools
+        ask = tools.ask if tools is not None else ()
+        if (spec.decisions or spec.continues) and not ask:
+            raise Refused("decisions on deferred calls, for a task without ask rules")
         slug = spec.agent_slug or "default"
         agent_dirs = [Path.home() / ".claude" / "agents", *self.agent_dirs]
+        extra = claude_args(self.extra_args, tools, workspace=spec.workspace)
+        if ask:
+            extra = approvals.without_bare(extra)
+            extra += ["--settings", approvals.settings(ask, spec.decisions)]
         return Invocation(
             binary=self.binary,
-            prompt=spec.prompt,
+            prompt="" if spec.continues else spec.prompt,
             cwd=spec.cwd,
             env=self.environment(environ, slug),
             timeout_sec=spec.policy.timeout_sec,
             resume=spec.resume,
             agent=slug if slug != "default" and known_agent(slug, agent_dirs) else None,
             budget_usd=spec.policy.budget,
-            extra_args=claude_args(self.extra_args, spec.policy.tools, workspace=spec.workspace),
+            extra_args=extra,
         )
 
     def parser(self) -> StreamParser:

@@ -8,12 +8,14 @@ Overloaded …", "API Error: Request rejected (429) · Claude AI usage limit rea
 import re
 from typing import Any
 
+from bloom.domain.approvals import summary
 from bloom.domain.retry import ErrorCode
 from bloom.domain.usage import MAX_MODEL_CHARS
 from bloom.worker.agents.claude.credentials import auth_failure_message, is_auth_failure
 from bloom.worker.agents.outcome import (
     ERROR_TAIL,
     Outcome,
+    PendingCall,
     RunReport,
     epoch_ms,
     fit_output,
@@ -103,6 +105,9 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
         )
 
     cost = metrics.get("cost_usd")
+    deferred = result.get("deferred_tool_use") if result else None
+    if result is not None and result.get("stop_reason") == "tool_deferred" and deferred:
+        return _paused(deferred, session, metrics)
     if report.cancelled:
         return failed(ErrorCode.CANCELLED, "Cancelled while running")
     if report.timed_out:
@@ -142,3 +147,20 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
             )
         output = parsed
     return Outcome(success=True, output=fit_output(output), session_id=session, metrics=metrics)
+
+
+def _paused(deferred: Any, session: str | None, metrics: dict[str, Any]) -> Outcome:
+    """The run stopped at a call its hook deferred (a task's `ask` rule): it waits for a
+    person's decision (docs/approvals.md)."""
+    call = deferred if isinstance(deferred, dict) else {}
+    tool = str(call.get("name") or "a tool")
+    given = call.get("input")
+    tool_input: dict[str, Any] = given if isinstance(given, dict) else {}
+    return Outcome(
+        success=False,
+        error_message=f"Waiting for a person's decision on {summary(tool, tool_input)}",
+        error_code=ErrorCode.APPROVAL_REQUIRED,
+        session_id=session,
+        metrics=metrics,
+        pending=PendingCall(str(call.get("id") or ""), tool, tool_input),
+    )

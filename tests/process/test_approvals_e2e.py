@@ -1,0 +1,102 @@
+"""Approvals end to end (issue 33) with real processes: the runtime, the echo model scripting the
+tool calls, and `bloom worker run` running the pinned Claude CLI. A `Bash` call in the task's
+`ask` rules stops the run (the CLI defers it through the worker's hook) and the task waits
+without its worker; another task runs on the one slot meanwhile; approved (with `bloom
+approvals`), the session resumes and runs exactly that call, its output in the answer; denied,
+the agent is told the note; a worker killed with -9 while the task waits loses nothing."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.support.stack import Stack, wait_for
+
+ASK = {"tools": {"ask": ["Bash(touch:*)"]}}
+BLOOM = [sys.executable, "-m", "bloom.cli.main"]
+
+
+def shell(command: str) -> str:
+    return f'[[tool Bash {{"command": "{command}"}}]]'
+
+
+def bloom(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    env["BLOOM_RUNTIME_URL"] = stack.runtime.url
+    return subprocess.run(
+        [*BLOOM, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def pending(stack: Stack, task_id: str) -> dict[str, Any]:
+    """The task's approval once its run stopped at the call."""
+    stack.wait(task_id, {"awaiting_approval"}, timeout=90)
+    listed = bloom(stack, "approvals", "list", "--task", task_id, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (approval,) = json.loads(listed.stdout)
+    return dict(approval)
+
+
+def made(stack: Stack, name: str) -> list[Path]:
+    return list(stack.data_dir.rglob(name))
+
+
+def test_a_call_waits_for_a_person_with_its_slot_free_then_runs_once_approved(
+    stack: Stack,
+) -> None:
+    stack.add_worker("w1")  # one slot
+    asked = stack.submit("ask-1 " + shell("touch approved.txt && echo made it"), policy=ASK)
+    approval = pending(stack, asked)
+    assert approval["tool_name"] == "Bash"
+    assert approval["tool_input"] == {"command": "touch approved.txt && echo made it"}
+    assert approval["status"] == "pending"
+    assert made(stack, "approved.txt") == []  # it never ran unasked
+    task = stack.task(asked)
+    assert task["worker_id"] is None
+    assert task["lease_id"] is None
+
+    # the worker's slot is free: another task runs to the end meanwhile
+    other = stack.submit("meanwhile")
+    assert stack.wait(other, timeout=60)["status"] == "completed"
+
+    approved = bloom(stack, "approvals", "approve", approval["id"], "--note", "fine")
+    assert approved.returncode == 0, approved.stderr
+    assert "approved" in approved.stdout
+    done = stack.wait(asked, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert stack.output(asked) == "echo: made it"  # the command's output, in the answer
+    assert len(made(stack, "approved.txt")) == 1
+    assert done["session_id"] == approval["session_id"]  # the same session, resumed
+    again = bloom(stack, "approvals", "approve", approval["id"])
+    assert again.returncode == 1
+    assert "409" in again.stderr or "already" in again.stderr
+
+
+def test_a_denial_reaches_the_agent_with_its_note(stack: Stack) -> None:
+    stack.add_worker("w1")
+    asked = stack.submit("ask-2 " + shell("touch denied.txt"), policy=ASK)
+    approval = pending(stack, asked)
+    denied = bloom(stack, "approvals", "deny", approval["id"], "--note", "not on this box")
+    assert denied.returncode == 0, denied.stderr
+    done = stack.wait(asked, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert made(stack, "denied.txt") == []
+    assert "not on this box" in stack.output(asked)
+
+
+def test_a_worker_killed_while_its_task_waits_loses_nothing(stack: Stack) -> None:
+    worker = stack.add_worker("w1")
+    asked = stack.submit("ask-3 " + shell("touch after-restart.txt && echo again"), policy=ASK)
+    approval = pending(stack, asked)
+    worker.kill(signal.SIGKILL)
+    worker.start()  # the same node, its sessions kept on disk
+    approved = bloom(stack, "approvals", "approve", approval["id"])
+    assert approved.returncode == 0, approved.stderr
+    done = stack.wait(asked, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert stack.output(asked) == "echo: again"
+    assert len(made(stack, "after-restart.txt")) == 1
+    wait_for(lambda: stack.task(asked)["status"] == "completed", 5, "still completed")
