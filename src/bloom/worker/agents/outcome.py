@@ -90,7 +90,8 @@ class Outcome:
             status=ResultStatus.SUCCESS if self.success else ResultStatus.ERROR,
             metrics=self.metrics,
             output=self.output,
-            error_message=self.error_message or (
+            error_message=self.error_message
+            or (
                 f"Waiting for a person's decision on {self.pending.tool}" if self.pending else None
             ),
             error_code=ErrorCode.APPROVAL_REQUIRED if self.pending else self.error_code,
