@@ -370,3 +370,23 @@ async def test_tasks_without_dependencies_answer_as_before(
     assert made["on_dependency_failure"] is None
     tasks = await batch(client, *(task(f"p{i}") for i in range(count)))
     assert [t["status"] for t in tasks] == ["queued"] * count
+
+
+async def test_the_task_page_shows_the_graph_around_a_task(client: httpx.AsyncClient) -> None:
+    await register_worker(client, "w1")
+    first, second = await batch(client, task("first", "first"), task("second", "second", "first"))
+    page = await client.get(f"/tasks/{second['id']}")
+    assert page.status_code == 200, page.text
+    assert 'id="task-graph"' in page.text
+    assert "Blocked: waiting on 1 of its 1 dependencies" in page.text
+    assert f'href="/tasks/{first["id"]}"' in page.text
+    assert '<span class="badge s-queued">queued</span>' in page.text
+    await run(client, "w1")
+    above = await client.get(f"/tasks/{first['id']}")
+    assert 'id="graph-downstream"' in above.text
+    assert f'href="/tasks/{second["id"]}"' in above.text
+    assert '<span class="badge s-queued">queued</span>' in above.text  # second, released
+    blocked_list = await client.get("/tasks", params={"status": "blocked"})
+    assert blocked_list.status_code == 200
+    plain = await client.get(f"/tasks/{(await create_task(client))['id']}")
+    assert 'id="task-graph"' not in plain.text

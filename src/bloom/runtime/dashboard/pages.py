@@ -40,7 +40,7 @@ EXPORT_PAGE = 500
 WINDOWS = {"hour": (3_600_000, 60_000), "day": (86_400_000, 900_000)}
 COST_ROWS = 8
 """Projects listed in the overview's cost today (the costliest)."""
-LIVE = frozenset({TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING})
+LIVE = frozenset({TaskStatus.BLOCKED, TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING})
 
 Part = Annotated[str | None, Query(max_length=40)]
 Text = Annotated[str | None, Query(max_length=200)]
@@ -175,6 +175,9 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "timeline": list(reversed(timeline)),
         "can_cancel": task.status in LIVE,
         "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
+        "graph": (
+            await c.graphs.graph(task_id) if task.dependencies or task.has_dependents else None
+        ),
     }
     parts = frozenset({"task_detail", "task_record"})
     return render(request, "task.html", context, now=c.clock(), part=part, parts=parts)
