@@ -56,11 +56,52 @@ def error_text(result: CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
+async def test_a_session_queues_a_graph_and_a_task_after_another(keyed: Stack) -> None:
+    """submit_graph makes a whole graph in one call (refs, depends_on); submit_task takes
+    depends_on (ids); the tasks waiting are blocked; a refusal names what is wrong."""
+    async with bloom_mcp(keyed.runtime.url, ADMIN_KEY) as client:
+        made = structured(
+            await client.call_tool(
+                "submit_graph",
+                {
+                    "tasks": [
+                        {"prompt": "plan [[sleep 30]]", "ref": "plan"},
+                        {"prompt": "build", "ref": "build", "depends_on": ["plan"]},
+                        {"prompt": "check", "depends_on": ["plan"], "on_dependency_failure": "run"},
+                    ]
+                },
+            )
+        )
+        tasks = made["result"] if isinstance(made, dict) else made
+        assert [t["status"] for t in tasks] == ["queued", "blocked", "blocked"]
+        assert tasks[1]["waiting_on"] == 1
+        after = structured(
+            await client.call_tool(
+                "submit_task",
+                {"prompt": "after both", "depends_on": [tasks[1]["id"], tasks[2]["id"]]},
+            )
+        )
+        assert (after["status"], after["dependencies"], after["waiting_on"]) == ("blocked", 2, 2)
+        cycle = await client.call_tool(
+            "submit_graph",
+            {
+                "tasks": [
+                    {"prompt": "a", "ref": "a", "depends_on": ["b"]},
+                    {"prompt": "b", "ref": "b", "depends_on": ["a"]},
+                ]
+            },
+        )
+        assert "cycle" in error_text(cycle)
+        for task in [*tasks, after]:
+            await client.call_tool("cancel_task", {"task_id": task["id"]})
+
+
 async def test_a_session_queues_waits_reads_and_cancels(keyed: Stack) -> None:
     async with bloom_mcp(keyed.runtime.url, ADMIN_KEY) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         assert set(tools) == {
             "submit_task",
+            "submit_graph",
             "get_task",
             "list_tasks",
             "wait_task",

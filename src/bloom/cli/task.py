@@ -36,6 +36,11 @@ class Format(StrEnum):
     json = "json"
 
 
+class DependencyFailure(StrEnum):
+    cancel = "cancel"
+    run = "run"
+
+
 def new_context_id() -> str:
     return f"ctx-{uuid.uuid4().hex[:12]}"
 
@@ -55,6 +60,8 @@ def task_body(
     stall_sec: int | None = None,
     on_stall: str | None = None,
     workspace: dict[str, Any] | None = None,
+    after: list[str] | None = None,
+    on_dependency_failure: str | None = None,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -84,7 +91,17 @@ def task_body(
         body["max_attempts"] = max_attempts
     if workspace:
         body["workspace"] = workspace
-    return body
+    return body | graph_fields(after, on_dependency_failure)
+
+
+def graph_fields(after: list[str] | None, on_dependency_failure: str | None) -> dict[str, Any]:
+    """`--after`'s and `--on-dependency-failure`'s part of the body (docs/graphs.md)."""
+    fields: dict[str, Any] = {}
+    if after:
+        fields["depends_on"] = list(after)
+    if on_dependency_failure is not None:
+        fields["on_dependency_failure"] = on_dependency_failure
+    return fields
 
 
 def workspace_body(
@@ -169,6 +186,20 @@ def submit(
         bool | None,
         typer.Option("--push/--no-push", help="With --repo: push the branch after each run."),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            help="A task to wait for (its id); repeatable. The task is blocked until they "
+            "complete, and gets their answers before its prompt (docs/graphs.md).",
+        ),
+    ] = None,
+    on_dependency_failure: Annotated[
+        DependencyFailure | None,
+        typer.Option(
+            help="With --after: when one of them fails, cancel this task or run it anyway (cancel)."
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -181,6 +212,8 @@ def submit(
     url: UrlOption = DEFAULT_URL,
 ) -> None:
     """Queue a task; print its id (with --wait: follow it and print its answer)."""
+    if on_dependency_failure is not None and not after:
+        fail("--on-dependency-failure needs --after", 2)
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
@@ -202,6 +235,8 @@ def submit(
         stall_sec=stall_sec,
         on_stall=on_stall.value if on_stall is not None else None,
         workspace=workspace_body(repo, ref, branch, push),
+        after=after,
+        on_dependency_failure=on_dependency_failure.value if on_dependency_failure else None,
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))

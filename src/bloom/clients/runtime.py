@@ -270,6 +270,14 @@ class RuntimeClient:
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:
         return await self._parsed(TaskInfo.from_json, "POST", "/llm-tasks", body=body)
 
+    async def create_tasks(self, bodies: list[Mapping[str, Any]]) -> list[TaskInfo]:
+        """A batch, all or none (`POST /llm-tasks/batch`): its tasks in order."""
+
+        def tasks(data: Any, where: str) -> list[TaskInfo]:
+            return _list_of(TaskInfo.from_json)(_object(data, where).get("tasks"), where)
+
+        return await self._parsed(tasks, "POST", "/llm-tasks/batch", body={"tasks": bodies})
+
     async def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskInfo]:
         params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
         tasks = _list_of(TaskInfo.from_json)

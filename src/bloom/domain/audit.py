@@ -20,6 +20,8 @@ class AuditAction(StrEnum):
     TASK_REQUEUED = "task_requeued"
     TASK_STALLED = "task_stalled"
     TASK_DISPATCHED = "task_dispatched"
+    TASK_RELEASED = "task_released"
+    TASK_REBLOCKED = "task_reblocked"
     DISPATCH_FAILED = "dispatch_failed"
     AGENT_UPDATED = "agent_updated"
     AGENT_RESTARTED = "agent_restarted"

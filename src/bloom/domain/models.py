@@ -48,6 +48,16 @@ class Task:
     session_id: str | None = None
     workspace: dict[str, Any] | None = None
     """The repository and branch the task changes (`domain.workspace.WorkspaceSpec`)."""
+    dependencies: int = 0
+    """How many tasks it depends on (docs/graphs.md); 0 for a task that stands alone."""
+    waiting_on: int = 0
+    """Of those, how many have not ended as it needs (it is `blocked` while above 0)."""
+    has_dependents: bool = False
+    """Whether any task depends on it (its end then releases or cancels them)."""
+    on_dependency_failure: str | None = None
+    """`cancel` or `run` (for a task with dependencies): what a dependency's failure does."""
+    cancelled_for: str | None = None
+    """The failed dependency it was cancelled for (a requeue of that one puts it back)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ from enum import StrEnum
 
 
 class TaskStatus(StrEnum):
+    BLOCKED = "blocked"
+    """Waiting for the tasks it depends on (docs/graphs.md); never claimable."""
     QUEUED = "queued"
     LEASED = "leased"
     RUNNING = "running"
@@ -54,8 +56,18 @@ REQUEUEABLE: frozenset[TaskStatus] = frozenset({TaskStatus.FAILED, TaskStatus.DE
 """An operator may put these back in the queue with a fresh attempt budget."""
 
 CANCELLABLE: frozenset[TaskStatus] = frozenset(
-    {TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL, *IN_FLIGHT}
+    {TaskStatus.BLOCKED, TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL, *IN_FLIGHT}
 )
+
+WAITING: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.BLOCKED, TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL}
+)
+"""No worker holds it: cancelled at once (no attempt to stop)."""
+
+UNSUCCESSFUL: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED}
+)
+"""A dependency that ends in one of these did not give its dependents an answer."""
 
 TERMINAL: frozenset[TaskStatus] = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED}

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,10 @@ def task_view(task: TaskInfo) -> dict[str, Any]:
     }
     if task.last_error:
         view["last_error"] = task.last_error
+    dependencies = task.raw.get("dependencies")
+    if dependencies:
+        view["dependencies"] = dependencies
+        view["waiting_on"] = task.raw.get("waiting_on", 0)
     if task.cancel_requested:
         view["cancel_requested"] = True
     if task.hold is not None:
@@ -102,6 +106,8 @@ class Fleet:
         timeout_sec: int | None,
         budget_usd: float | None,
         idempotency_key: str | None,
+        depends_on: list[str] | None = None,
+        on_dependency_failure: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -119,7 +125,21 @@ class Fleet:
             body["priority"] = priority
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
+        if depends_on:
+            body["depends_on"] = list(depends_on)
+        if on_dependency_failure:
+            body["on_dependency_failure"] = on_dependency_failure
         return task_view(await self.client.create_task(body))
+
+    async def submit_graph(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A whole graph in one batch (all or none): each item a task body (`prompt`, and
+        optionally `ref`, `depends_on`, `context_id`, `agent_slug`, `on_dependency_failure`,
+        `priority`); a fresh context for each that names none."""
+        bodies: list[Mapping[str, Any]] = [
+            {"context_id": f"mcp-{uuid.uuid4().hex[:12]}", "agent_slug": "default"} | task
+            for task in tasks
+        ]
+        return [task_view(task) for task in await self.client.create_tasks(bodies)]
 
     async def task(self, task_id: str) -> dict[str, Any]:
         task = await self.client.get_task(task_id)

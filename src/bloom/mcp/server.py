@@ -9,13 +9,13 @@ only read (a viewer key) is offered the read tools only, and the server's instru
 
 import sys
 from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.types import ResourceLink, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from bloom import __version__
 from bloom.clients.runtime import (
@@ -45,6 +45,20 @@ READ_ONLY = (
 READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 TaskId = Annotated[str, Field(description="The task's id, as submit_task or list_tasks gave it.")]
+
+
+class GraphTask(BaseModel):
+    """One task of a graph (`submit_graph`)."""
+
+    prompt: str = Field(min_length=1, description="What Claude should do.")
+    ref: str | None = Field(None, description="Its name in the graph, for depends_on.")
+    depends_on: list[str] | None = Field(
+        None, description="Refs of other tasks of the graph, or ids of existing tasks."
+    )
+    context_id: str | None = Field(None, description="Omit for a fresh context.")
+    agent_slug: str | None = Field(None, description="The project; default by default.")
+    on_dependency_failure: Literal["cancel", "run"] | None = None
+    priority: int | None = None
 
 
 async def answer(call: Awaitable[T], runtime_url: str) -> T:
@@ -99,6 +113,17 @@ class Tools:
                 "of queueing a second one."
             ),
         ] = None,
+        depends_on: Annotated[
+            list[str] | None,
+            Field(
+                description="Ids of tasks to wait for: this one stays blocked until they "
+                "complete, then runs with their answers before its prompt."
+            ),
+        ] = None,
+        on_dependency_failure: Annotated[
+            Literal["cancel", "run"] | None,
+            Field(description="When a dependency fails: cancel this task (default) or run it."),
+        ] = None,
     ) -> dict[str, Any]:
         """Queue a task for the fleet: a worker runs the prompt with the Claude CLI on its own
         machine. Returns the queued task (its id, status); follow it with wait_task."""
@@ -111,8 +136,25 @@ class Tools:
                 timeout_sec=timeout_sec,
                 budget_usd=budget_usd,
                 idempotency_key=idempotency_key,
+                depends_on=depends_on,
+                on_dependency_failure=on_dependency_failure,
             )
         )
+
+    async def submit_graph(
+        self,
+        tasks: Annotated[
+            list[GraphTask],
+            Field(min_length=1, max_length=100, description="The graph's tasks, in one batch."),
+        ],
+    ) -> list[dict[str, Any]]:
+        """Queue a whole graph of tasks in one call, all or none: give each a `ref`, and name
+        earlier refs (or ids of existing tasks) in `depends_on`. A task waits (blocked) until
+        its dependencies complete, then runs with their answers before its prompt; fan out
+        (several tasks after one) and fan in (one after several). Returns the tasks in order;
+        follow the last with wait_task."""
+        bodies = [task.model_dump(exclude_none=True) for task in tasks]
+        return await self._answer(self.fleet.submit_graph(bodies))
 
     async def get_task(self, task_id: TaskId) -> dict[str, Any]:
         """One task: its status, worker, attempts and last error; once it has ended, its output
@@ -252,6 +294,7 @@ def build_server(fleet: Fleet, *, can_write: bool, can_decide: bool | None = Non
     )
     if can_write:
         server.add_tool(tools.submit_task)
+        server.add_tool(tools.submit_graph)
         server.add_tool(tools.cancel_task, annotations=ToolAnnotations(destructive_hint=True))
     if can_write if can_decide is None else can_decide:
         server.add_tool(tools.decide_approval)

@@ -62,6 +62,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("POST", f"{RT}/llm-tasks/batch"): Access.ADMIN,
     ("GET", f"{RT}/llm-tasks"): Access.READ,
     ("GET", f"{RT}/llm-tasks/{{task_id}}"): Access.READ,
+    ("GET", f"{RT}/llm-tasks/{{task_id}}/graph"): Access.READ,
     ("GET", f"{RT}/llm-tasks/{{task_id}}/workspace"): Access.READ_OR_WORKER,  # a worker: its own
     ("POST", f"{RT}/llm-tasks/{{task_id}}/cancel"): Access.ADMIN,
     ("POST", f"{RT}/llm-tasks/{{task_id}}/requeue"): Access.ADMIN,

@@ -26,6 +26,7 @@ from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService, PasswordHasher
 from bloom.runtime.services.dispatch import Dispatcher, DispatchSettings
 from bloom.runtime.services.events import Bounds, EventService
+from bloom.runtime.services.graphs import GraphService
 from bloom.runtime.services.history import HistoryService
 from bloom.runtime.services.install_script import InstallScripts, InstallSettings
 from bloom.runtime.services.leasing import LeaseService, LeaseSettings
@@ -73,6 +74,7 @@ class Container:
     config: ConfigService
     records: RecordService
     workspaces: WorkspaceService
+    graphs: GraphService
     artifact_moves: ArtifactMover
     audit_export: AuditExporter | None
     metrics: MetricsService
@@ -245,6 +247,7 @@ def build_container(
         config=config,
         records=records,
         workspaces=WorkspaceService(db, records),
+        graphs=GraphService(db),
         artifact_moves=ArtifactMover(db, stores),
         audit_export=audit_exporter(settings, db, bucket, clock),
         metrics=MetricsService(db, clock),

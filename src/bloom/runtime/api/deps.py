@@ -14,6 +14,7 @@ from bloom.runtime.services.config import ConfigService
 from bloom.runtime.services.credentials import CredentialService
 from bloom.runtime.services.dispatch import Dispatcher
 from bloom.runtime.services.events import EventService
+from bloom.runtime.services.graphs import GraphService
 from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.services.projects import ProjectService
 from bloom.runtime.services.records import RecordService
@@ -64,6 +65,10 @@ async def _records(request: Request) -> RecordService:
 
 async def _workspaces(request: Request) -> WorkspaceService:
     return app_container(request).workspaces
+
+
+async def _graphs(request: Request) -> GraphService:
+    return app_container(request).graphs
 
 
 async def _events(request: Request) -> EventService:
@@ -128,6 +133,7 @@ Records = Annotated[RecordService, Depends(_records)]
 Dispatch = Annotated[Dispatcher, Depends(_dispatcher)]
 Events = Annotated[EventService, Depends(_events)]
 Workspaces = Annotated[WorkspaceService, Depends(_workspaces)]
+Graphs = Annotated[GraphService, Depends(_graphs)]
 Credentials = Annotated[CredentialService, Depends(_credentials)]
 Usage = Annotated[UsageService, Depends(_usage)]
 Budgets = Annotated[BudgetService, Depends(_budgets)]

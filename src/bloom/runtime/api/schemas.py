@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 from bloom.domain.approvals import MAX_NOTE_CHARS, MAX_REASON_CHARS, Decision, PendingCall
 from bloom.domain.branch import PLAIN_BRANCH, is_plain_branch
 from bloom.domain.fleet import WORKER_NAME
+from bloom.domain.graph import MAX_DEPENDENCIES, MAX_REF_CHARS, OnDependencyFailure
 from bloom.domain.models import (
     MAX_CLAIM_WAIT_SEC,
     Artifact,
@@ -243,6 +244,21 @@ class CreateTaskBody(Body):
     workspace: WorkspaceBody | None = Field(
         None, description="A repository branch the task changes: docs/workspaces.md."
     )
+    depends_on: list[Id] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Tasks to wait for: ids of existing tasks or, in a batch, refs of its tasks "
+        f"(at most {MAX_DEPENDENCIES}); the task is `blocked` until they complete "
+        "(docs/graphs.md).",
+    )
+    ref: Annotated[StrictStr, Field(min_length=1, max_length=MAX_REF_CHARS)] | None = Field(
+        None, description="Its name in a batch, for later tasks of the batch to depend on."
+    )
+    on_dependency_failure: Literal["cancel", "run"] = Field(
+        "cancel",
+        description="A dependency that ends failed, dead or cancelled: cancel this task "
+        "(default), or run it anyway, told which dependency failed.",
+    )
 
     def new_task(self, idempotency_key: str | None = None) -> NewTask:
         """The validated request, for the task service (the key: this body's, else the one
@@ -258,6 +274,9 @@ class CreateTaskBody(Body):
             priority=self.priority,
             idempotency_key=self.idempotency_key or idempotency_key,
             workspace=self.workspace.request() if self.workspace else None,
+            depends_on=list(self.depends_on),
+            ref=self.ref,
+            on_dependency_failure=OnDependencyFailure(self.on_dependency_failure),
         )
 
 

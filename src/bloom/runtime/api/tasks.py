@@ -11,6 +11,7 @@ from bloom.domain.states import TaskStatus
 from bloom.runtime.api.deps import (
     Budgets,
     Caller,
+    Graphs,
     Records,
     Tasks,
     Workspaces,
@@ -89,6 +90,17 @@ async def get_task(
     if waiting is None:
         return JSON(answer)
     return JSON((answer if isinstance(answer, dict) else asdict(answer)) | {"waiting_for": waiting})
+
+
+@router.get(
+    "/llm-tasks/{task_id}/graph",
+    summary="The graph around a task: what it depends on and what depends on it, with statuses",
+)
+async def task_graph(task_id: str, graphs: Graphs) -> JSON:
+    """`{task_id, status, upstream: [{id, status, ref, settled, ...}], downstream: [...],
+    downstream_truncated}`: upstream in the order the task named them, downstream oldest first
+    (at most 1,000). docs/graphs.md."""
+    return JSON(await graphs.graph(task_id))
 
 
 @router.get(

@@ -44,7 +44,13 @@ COST_ROWS = 8
 DECIDED_ROWS = 30
 """Decisions the approvals page lists."""
 LIVE = frozenset(
-    {TaskStatus.QUEUED, TaskStatus.LEASED, TaskStatus.RUNNING, TaskStatus.AWAITING_APPROVAL}
+    {
+        TaskStatus.BLOCKED,
+        TaskStatus.QUEUED,
+        TaskStatus.LEASED,
+        TaskStatus.RUNNING,
+        TaskStatus.AWAITING_APPROVAL,
+    }
 )
 
 Part = Annotated[str | None, Query(max_length=40)]
@@ -180,6 +186,9 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "timeline": list(reversed(timeline)),
         "can_cancel": task.status in LIVE,
         "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
+        "graph": (
+            await c.graphs.graph(task_id) if task.dependencies or task.has_dependents else None
+        ),
     }
     parts = frozenset({"task_detail", "task_record"})
     return render(request, "task.html", context, now=c.clock(), part=part, parts=parts)

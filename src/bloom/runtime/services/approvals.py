@@ -29,6 +29,7 @@ from bloom.domain.models import Lease, Task
 from bloom.domain.paging import check_limit
 from bloom.domain.states import TaskStatus
 from bloom.domain.tool_policy import ToolPolicy
+from bloom.runtime.services import graphs
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -190,6 +191,7 @@ class ApprovalService:
         )
         if failed is None:
             raise Conflict(f"Task {approval.task_id} is no longer awaiting approval")
+        await graphs.ended(tx, failed, now, SYSTEM)  # what waits on it learns of it
         await tx.audit.add(
             task_audit(
                 AuditAction.APPROVAL_EXPIRED,
@@ -199,4 +201,4 @@ class ApprovalService:
                 detail=f"Approval {approval.id} expired: the task failed ({reason})",
             )
         )
-        return Wake(0)
+        return Wake(len(tx.released))

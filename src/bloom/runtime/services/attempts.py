@@ -22,7 +22,7 @@ from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
 from bloom.domain.workspace import PATCH_ARTIFACT
-from bloom.runtime.services import approvals, budgets, metrics
+from bloom.runtime.services import approvals, budgets, graphs, metrics
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.events import EventService, NewEvent, Row, prepared, serialise_data
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
@@ -110,6 +110,8 @@ class _Recorded:
     usage: Usage
     passed: list[Crossing]
     events_stored: bool = False
+    released: int = 0
+    """Tasks its end queued (their last dependency): claims to wake."""
 
 
 async def _look(
@@ -295,8 +297,13 @@ class AttemptService:
             task, lease = await fenced(
                 tx, ending.task_id, ending.lease_id, worker_id, completing=True
             )
-            if lease.status != LeaseStatus.ACTIVE or task.lease_id != lease.id:
-                return None  # a replay, or a refusal: said by the steps
+            if (
+                lease.status != LeaseStatus.ACTIVE
+                or task.lease_id != lease.id
+                or task.has_dependents
+            ):
+                # a replay, or a refusal: said by the steps; or its dependents to tell
+                return None
             values = self._next_task_values(task, completion, now)
             artifact = self._artifact(
                 task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
@@ -498,6 +505,9 @@ class AttemptService:
             approval = approvals.requested(task, lease, completion.approval, now)
             await tx.approvals.insert(approval)
             rows.append(("approval_requested", serialise_data(approval.to_json())))
+        # Its dependents learn of its end in this same transaction (docs/graphs.md)
+        before = len(tx.graphs.released) if finished.has_dependents else 0
+        await graphs.ended(tx, finished, now, lease.worker_id)
         # The task's row is locked now (its transition; SQLite: the only writer), as an events
         # post locks it first: its events' tally holds until this commits.
         written = await self.events.write(tx, task.id, lease, rows, now) if rows else None
@@ -548,6 +558,7 @@ class AttemptService:
             usage,
             passed,
             events_stored=written is not None and written.stored > 0,
+            released=len(tx.graphs.released) - before if finished.has_dependents else 0,
         )
 
     def _announce(self, recorded: list[_Recorded], now: int) -> None:
@@ -558,6 +569,7 @@ class AttemptService:
             return
         # Slots of the workers came free, and tasks may be back in the queue.
         requeued = sum(entry.completed.task.status == TaskStatus.QUEUED for entry in fresh)
+        requeued += sum(entry.released for entry in fresh)
         self.signal.changed(Wake(requeued, frozenset(entry.lease.worker_id for entry in fresh)))
         exhausted = False
         for entry in fresh:

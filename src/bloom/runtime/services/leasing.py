@@ -21,7 +21,7 @@ from bloom.domain.long_poll import claim_deadline
 from bloom.domain.models import AuditEntry, Lease, Task, Worker
 from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
-from bloom.runtime.services import metrics
+from bloom.runtime.services import graphs, metrics
 from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_any
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
@@ -173,9 +173,9 @@ class LeaseService:
             if lease.status != LeaseStatus.ACTIVE:
                 raise Conflict(f"Lease {lease_id} is {lease.status}, not active")
             task = await tx.tasks.get(lease.task_id)
-        if task is None or task.lease_id != lease.id:
-            raise Conflict(f"Lease {lease_id} no longer holds its task")
-        return Claimed(lease, task)
+            if task is None or task.lease_id != lease.id:
+                raise Conflict(f"Lease {lease_id} no longer holds its task")
+            return Claimed(lease, await graphs.with_answers(tx, task))
 
     async def _reserve_slot(
         self, tx: Repositories, task: Task, worker_id: str | None, now: int, *, need_url: bool
@@ -349,7 +349,7 @@ class LeaseService:
                 break
             task = await tx.tasks.get(assigned.task_id)
             assert task is not None, "an active lease always has its task"
-            grants.append(Claimed(assigned, task))
+            grants.append(Claimed(assigned, await graphs.with_answers(tx, task)))
         # Its free slots as counted before the lock (the claim statement counts again)
         free = worker.max_concurrency - worker.active_leases
         wanted = min(max_tasks - len(grants), free)
@@ -418,7 +418,8 @@ class LeaseService:
                 metrics.granted(task, granted_at)
             else:
                 await self._record_grant(tx, task, lease, granted_at, actor=worker_id)
-            grants.append(Claimed(lease, task))
+            # a dependent gets its dependencies' answers before its prompt (docs/graphs.md)
+            grants.append(Claimed(lease, await graphs.with_answers(tx, task)))
         return grants
 
     def next_look(self, ttl_sec: int | None, max_tasks: int = 1) -> NextLook:

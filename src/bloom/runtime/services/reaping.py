@@ -14,7 +14,7 @@ from bloom.domain.models import Lease, Task
 from bloom.domain.retry import expiry_outcome
 from bloom.domain.stall import DEFAULT_STALL_SEC, OnStall, StallPolicy, is_stalled, silence
 from bloom.domain.states import IN_FLIGHT, TaskStatus
-from bloom.runtime.services import metrics
+from bloom.runtime.services import graphs, metrics
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
@@ -58,6 +58,7 @@ async def release_task_of_lost_lease(
                 f"attempt {task.attempts}/{task.max_attempts})",
             )
         )
+        await graphs.ended(tx, updated, now, actor)
     return updated
 
 
@@ -137,6 +138,7 @@ class LeaseReaper:
             await self._mark_silent_workers(lapsed, now)
         # the tasks back in the queue (a retried stall's may be dead: a claim looks in vain)
         requeued = outcomes.count(TaskStatus.QUEUED) + stalls.count(OnStall.RETRY)
+        requeued += len(tx.released)  # dependents of the tasks it ended
         if requeued:
             self.signal.changed(Wake(requeued))
         return len(lapsed)

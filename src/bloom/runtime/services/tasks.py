@@ -1,7 +1,7 @@
 """Task use-cases: create (idempotently), read (one, a filtered page, counts), cancel, requeue."""
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -10,12 +10,21 @@ from bloom.domain.approvals import CANCELLED_NOTE
 from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, InvalidField, NotFound
+from bloom.domain.graph import Edges, GraphProblem, OnDependencyFailure, Planned, plan
 from bloom.domain.ids import new_id
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
 from bloom.domain.policy import DEFAULT_POLICY
-from bloom.domain.states import CANCELLABLE, IN_FLIGHT, REQUEUEABLE, TaskStatus
+from bloom.domain.states import (
+    CANCELLABLE,
+    IN_FLIGHT,
+    REQUEUEABLE,
+    UNSUCCESSFUL,
+    WAITING,
+    TaskStatus,
+)
 from bloom.domain.tool_policy import PolicyProblem, ToolPolicy, effective
+from bloom.runtime.services import graphs
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal, Wake
 from bloom.runtime.services.workspaces import WorkspaceRequest, resolve
@@ -67,6 +76,11 @@ class NewTask:
     priority: int = 0
     idempotency_key: str | None = None
     workspace: WorkspaceRequest | None = None
+    depends_on: list[str] = field(default_factory=list)
+    """Tasks it waits for: ids of tasks that exist, or refs of its batch (docs/graphs.md)."""
+    ref: str | None = None
+    """Its name in its batch, for later tasks of the batch to name in `depends_on`."""
+    on_dependency_failure: OnDependencyFailure = OnDependencyFailure.CANCEL
 
     def fingerprint(self) -> str:
         """Identifies the request's content, so a reused idempotency key can be told apart."""
@@ -88,10 +102,6 @@ async def _with_tools(tx: Repositories, new: NewTask) -> dict[str, Any]:
     return policy if tools is None else policy | {"tools": tools.to_json()}
 
 
-WAITING = (TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL)
-"""Statuses a cancel ends at once: no worker holds the task."""
-
-
 class TaskService:
     def __init__(
         self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, leasing: LeaseSettings
@@ -106,7 +116,12 @@ class TaskService:
         """Queue a task, audited as `actor`'s (the seed's "api" when None). Returns (task,
         created); a known idempotency key returns the task it created before, provided the
         request is the same."""
-        if new.idempotency_key is None and new.workspace is None and self.db.kind == "postgresql":
+        if (
+            new.idempotency_key is None
+            and new.workspace is None
+            and not new.depends_on
+            and self.db.kind == "postgresql"
+        ):
             return await self._queue(new, actor or "api"), True
         (created,) = await self.create_many([new], actor)
         return created
@@ -131,16 +146,72 @@ class TaskService:
         """Queue tasks in one transaction: all of them, or (on a refusal) none. Each answers as
         `create` would, in order."""
         now = self.clock()
+        edges = _planned(news)
         async with self.db.write() as tx:
-            created = [await self._create(tx, new, now, actor or "api") for new in news]
-            fresh = [task.id for task, is_fresh in created if is_fresh]
+            if edges is None:
+                created = [await self._create(tx, new, now, actor or "api") for new in news]
+            else:
+                created = await self._create_graph(tx, news, edges, now, actor or "api")
+            fresh = [
+                task.id
+                for task, is_fresh in created
+                if is_fresh and task.status is TaskStatus.QUEUED
+            ]
             wake = await wake_for(tx, self.leasing, now, fresh)
         if fresh:
             self.signal.changed(wake)
         return created
 
+    async def _create_graph(
+        self, tx: Repositories, news: list[NewTask], edges: Edges, now: int, actor: str
+    ) -> list[tuple[Task, bool]]:
+        """A batch with dependencies: the tasks it names that exist flagged (their rows locked:
+        a complete of one of them commits before, and is seen, or after, and sees the edges),
+        then each task made in an order where its batch dependencies come first, blocked while
+        any dependency has not ended as it needs, its edges with it."""
+        known = await tx.graphs.mark_dependents(sorted(edges.existing_ids()))
+        for index, names in enumerate(edges.existing):
+            for name in names:
+                if name not in known:
+                    raise InvalidField(
+                        _field(news, index, "depends_on"),
+                        f'"{name}" is neither a task nor a ref of this batch',
+                    )
+        # (status, cancelled_for) of every dependency, existing or made here
+        ends: dict[str, tuple[TaskStatus, str | None]] = {}
+        for task_id, (status, _) in known.items():
+            ends[task_id] = (TaskStatus(status), None)
+        has_dependents = {j for mine in edges.in_batch for j in mine}
+        made: dict[int, tuple[Task, bool]] = {}
+        for index in _batch_order(edges):
+            new = news[index]
+            if edges.in_batch[index] or edges.existing[index]:
+                for j in edges.in_batch[index]:
+                    task = made[j][0]
+                    ends[task.id] = (task.status, task.cancelled_for)
+                made[index] = await self._create(
+                    tx,
+                    new,
+                    now,
+                    actor,
+                    waits=_waits(new, _ordered(new, news, made, edges, index), ends),
+                    has_dependents=index in has_dependents,
+                )
+            else:
+                made[index] = await self._create(
+                    tx, new, now, actor, has_dependents=index in has_dependents
+                )
+        return [made[index] for index in range(len(news))]
+
     async def _create(
-        self, tx: Repositories, new: NewTask, now: int, actor: str
+        self,
+        tx: Repositories,
+        new: NewTask,
+        now: int,
+        actor: str,
+        *,
+        waits: "_Waits | None" = None,
+        has_dependents: bool = False,
     ) -> tuple[Task, bool]:
         fingerprint = new.fingerprint() if new.idempotency_key else None
         if new.idempotency_key is not None:
@@ -149,6 +220,19 @@ class TaskService:
                 return known, False
         workspace = await resolve(tx, new.workspace, new.context_id) if new.workspace else None
         task = self._task(new, now, await _with_tools(tx, new), workspace)
+        if waits is not None:
+            task = replace(
+                task,
+                status=waits.status,
+                dependencies=len(waits.edges),
+                waiting_on=waits.waiting_on,
+                on_dependency_failure=str(new.on_dependency_failure),
+                cancelled_for=waits.cancelled_for,
+                last_error=waits.reason,
+                queued_at=now if waits.status is TaskStatus.QUEUED else None,
+            )
+        if has_dependents:
+            task = replace(task, has_dependents=True)
         if not await tx.tasks.insert(task, fingerprint):
             # a concurrent create with the same key got there first
             assert new.idempotency_key is not None
@@ -156,6 +240,29 @@ class TaskService:
             assert known is not None
             return known, False
         await tx.audit.add(self._created_audit(task, now, actor))
+        if waits is not None:
+            await tx.graphs.insert_edges(
+                [
+                    {
+                        "task_id": task.id,
+                        "depends_on": dependency,
+                        "position": position,
+                        "ref": ref,
+                        "settled": settled,
+                    }
+                    for position, (dependency, ref, settled) in enumerate(waits.edges)
+                ]
+            )
+            if task.status is TaskStatus.CANCELLED:
+                await tx.audit.add(
+                    task_audit(
+                        AuditAction.TASK_CANCELLED,
+                        task.id,
+                        now=now,
+                        actor=actor,
+                        detail=waits.reason or "Cancelled: a dependency ended unsuccessfully",
+                    )
+                )
         return task, True
 
     @staticmethod
@@ -185,13 +292,14 @@ class TaskService:
 
     @staticmethod
     def _created_audit(task: Task, now: int, actor: str) -> AuditEntry:
-        return task_audit(
-            AuditAction.TASK_CREATED,
-            task.id,
-            now=now,
-            actor=actor,
-            detail=f"Task for agent {task.agent_slug}, context {task.context_id}",
-        )
+        detail = f"Task for agent {task.agent_slug}, context {task.context_id}"
+        if task.dependencies:
+            detail += (
+                f", depends on {task.dependencies} task(s), waiting on {task.waiting_on}"
+                if task.status is TaskStatus.BLOCKED
+                else f", depends on {task.dependencies} task(s)"
+            )
+        return task_audit(AuditAction.TASK_CREATED, task.id, now=now, actor=actor, detail=detail)
 
     @staticmethod
     async def _known(tx: Repositories, key: str, fingerprint: str | None) -> Task | None:
@@ -244,7 +352,7 @@ class TaskService:
         return await self.find(status=None, limit=RUNS_LIMIT)
 
     async def cancel(self, task_id: str, actor: str | None = None) -> Task:
-        """Queued or awaiting approval: cancelled at once (its pending calls expired). In
+        """Blocked, queued or awaiting approval: cancelled at once (pending calls expired). In
         flight: flagged; the worker learns it from its next heartbeat and stops (or the lease
         lapses and the reaper cancels it)."""
         now = self.clock()
@@ -279,6 +387,8 @@ class TaskService:
                     await tx.audit.add(
                         task_audit(action, task_id, now=now, actor=actor or "admin", detail=detail)
                     )
+                    # what waits on it is cancelled with it (or, running anyway, released)
+                    await graphs.ended(tx, updated, now, actor or "admin")
                     return updated
         raise Conflict("Task changed state repeatedly while cancelling; try again")
 
@@ -305,6 +415,8 @@ class TaskService:
             )
             if updated is None:
                 raise Conflict(f"Cannot requeue task with status '{task.status}'")
+            if updated.has_dependents:
+                await graphs.restore(tx, task_id, now, actor or "admin")
             wake = await wake_for(tx, self.leasing, now, [task_id])
             await tx.audit.add(
                 task_audit(
@@ -317,3 +429,100 @@ class TaskService:
             )
         self.signal.changed(wake)
         return updated
+
+
+def _planned(news: list[NewTask]) -> Edges | None:
+    """The batch's dependencies resolved (None: it has none); InvalidField (400) naming the
+    task's field on a ref used twice, a cycle, a name twice, or more than the bound."""
+    if not any(new.depends_on or new.ref for new in news):
+        return None
+    single = len(news) == 1
+    try:
+        edges = plan(
+            [Planned(new.ref, new.depends_on) for new in news],
+            field_of="" if single else "tasks.{index}.",
+        )
+    except GraphProblem as exc:
+        raise InvalidField(exc.field, exc.message) from None
+    return edges if any(new.depends_on for new in news) else None
+
+
+def _field(news: list[NewTask], index: int, name: str) -> str:
+    return name if len(news) == 1 else f"tasks.{index}.{name}"
+
+
+def _batch_order(edges: Edges) -> list[int]:
+    """The batch's indexes, each after the batch tasks it depends on (the graph has no cycle),
+    otherwise in the batch's order."""
+    order: list[int] = []
+    placed: set[int] = set()
+
+    def place(index: int) -> None:
+        stack = [(index, iter(edges.in_batch[index]))]
+        while stack:
+            node, children = stack[-1]
+            child = next((c for c in children if c not in placed), None)
+            if child is None:
+                stack.pop()
+                if node not in placed:
+                    placed.add(node)
+                    order.append(node)
+            else:
+                stack.append((child, iter(edges.in_batch[child])))
+
+    for index in range(len(edges.in_batch)):
+        place(index)
+    return order
+
+
+def _ordered(
+    new: NewTask,
+    news: list[NewTask],
+    made: dict[int, tuple[Task, bool]],
+    edges: Edges,
+    index: int,
+) -> list[tuple[str, str | None]]:
+    """The task's dependencies as (id, ref) in the order its `depends_on` named them."""
+    by_name: dict[str, tuple[str, str | None]] = {}
+    for j in edges.in_batch[index]:
+        ref = news[j].ref
+        assert ref is not None
+        by_name[ref] = (made[j][0].id, ref)
+    for task_id in edges.existing[index]:
+        by_name[task_id] = (task_id, None)
+    return [by_name[name] for name in new.depends_on]
+
+
+@dataclass(frozen=True, slots=True)
+class _Waits:
+    """How a new task starts, from its dependencies' states: its status, its edges (id, ref,
+    settled), how many it waits on, and (cancelled) what for and why."""
+
+    status: TaskStatus
+    edges: list[tuple[str, str | None, bool]]
+    waiting_on: int
+    cancelled_for: str | None = None
+    reason: str | None = None
+
+
+def _waits(
+    new: NewTask,
+    named: list[tuple[str, str | None]],
+    ends: dict[str, tuple[TaskStatus, str | None]],
+) -> _Waits:
+    runs_anyway = new.on_dependency_failure is OnDependencyFailure.RUN
+    edges: list[tuple[str, str | None, bool]] = []
+    cancelled_for: str | None = None
+    reason: str | None = None
+    for task_id, ref in named:
+        status, root = ends[task_id]
+        settled = status is TaskStatus.COMPLETED or (runs_anyway and status in UNSUCCESSFUL)
+        edges.append((task_id, ref, settled))
+        if cancelled_for is None and not runs_anyway and status in UNSUCCESSFUL:
+            cancelled_for = root or task_id
+            reason = f"Dependency {task_id} ended {status}"
+    waiting_on = sum(not settled for _, _, settled in edges)
+    if cancelled_for is not None:
+        return _Waits(TaskStatus.CANCELLED, edges, waiting_on, cancelled_for, reason)
+    status = TaskStatus.BLOCKED if waiting_on else TaskStatus.QUEUED
+    return _Waits(status, edges, waiting_on)

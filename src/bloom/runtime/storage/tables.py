@@ -55,6 +55,12 @@ llm_tasks = Table(
     Column("session_id", String),
     Column("workspace", JSONType),
     Column("workspace_key", Text),  # repo and branch: written by one task at a time
+    # ours: task graphs (docs/graphs.md, migration 0015)
+    Column("dependencies", Integer, nullable=False, server_default="0"),
+    Column("waiting_on", Integer, nullable=False, server_default="0"),
+    Column("has_dependents", Boolean, nullable=False, server_default=false()),
+    Column("on_dependency_failure", Text),
+    Column("cancelled_for", String),
 )
 # The claim query walks this index in order and stops at the first claimable row, so its cost
 # does not grow with the number of queued tasks.
@@ -110,9 +116,30 @@ task_counts = Table(
             "dead",
             "cancelled",
             "awaiting_approval",  # 0014
+            "blocked",
         )
     ),
     Column("leases", BigInteger, nullable=False, server_default="0"),
+)
+
+# ours: task graphs: `task_id` waits for `depends_on` (docs/graphs.md). `settled` once the
+# dependency ended as the task needs (completed; or, for a task that runs anyway, failed):
+# each edge counts once in the task's `waiting_on`, however often its dependency is requeued.
+task_dependencies = Table(
+    "task_dependencies",
+    metadata,
+    Column("task_id", String, primary_key=True),
+    Column("depends_on", String, primary_key=True),
+    Column("position", Integer, nullable=False),
+    Column("ref", Text),
+    Column("settled", Boolean, nullable=False, server_default=false()),
+)
+Index("ix_task_dependencies_depends_on", task_dependencies.c.depends_on)
+Index(
+    "ix_llm_tasks_cancelled_for",
+    llm_tasks.c.cancelled_for,
+    postgresql_where=text("cancelled_for IS NOT NULL"),
+    sqlite_where=text("cancelled_for IS NOT NULL"),
 )
 
 leases = Table(

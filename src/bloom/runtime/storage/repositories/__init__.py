@@ -13,6 +13,7 @@ from bloom.runtime.storage.repositories.counts import CountRepository
 from bloom.runtime.storage.repositories.credentials import ApiKeyRepository, UserRepository
 from bloom.runtime.storage.repositories.ends import EndRepository
 from bloom.runtime.storage.repositories.events import EventRepository
+from bloom.runtime.storage.repositories.graphs import GraphRepository
 from bloom.runtime.storage.repositories.keepers import KeeperRepository
 from bloom.runtime.storage.repositories.leases import LeaseRepository
 from bloom.runtime.storage.repositories.projects import ProjectRepository
@@ -48,6 +49,10 @@ class Repositories:
     @cached_property
     def ends(self) -> EndRepository:
         return EndRepository(self.connection)
+
+    @cached_property
+    def graphs(self) -> GraphRepository:
+        return GraphRepository(self.connection)
 
     @cached_property
     def leases(self) -> LeaseRepository:
@@ -114,6 +119,13 @@ class Repositories:
         """The audit entries this transaction wrote (none if it wrote none)."""
         audit = self.__dict__.get("audit")
         return audit.added if isinstance(audit, AuditRepository) else []
+
+    @property
+    def released(self) -> list[str]:
+        """The tasks this transaction queued by ending their last dependency (none if it
+        touched no graph)."""
+        graphs = self.__dict__.get("graphs")
+        return graphs.released if isinstance(graphs, GraphRepository) else []
 
     async def try_singleton_lock(self, key: int) -> bool:
         """Take a transaction-scoped lock that at most one replica holds (PostgreSQL); SQLite has

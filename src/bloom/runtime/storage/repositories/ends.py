@@ -15,7 +15,18 @@ everything else (SQLite, a replay, a refusal's reason, a budget charge, a worker
 import functools
 from typing import Any
 
-from sqlalchemy import BigInteger, String, Table, bindparam, insert, or_, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    String,
+    Table,
+    bindparam,
+    false,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 
 from bloom.db.repository import Repository, entity_values, is_state, to_entity
 from bloom.domain.models import Artifact, AuditEntry, Lease, Result, Task
@@ -53,6 +64,20 @@ def _copied(
     return insert(table).from_select(names, row.select_from(source)).cte(name)
 
 
+def _alone_task() -> Any:
+    """The task's id, its row locked first, if no task depends on it (else NULL: the statement
+    writes nothing, and the end is written in a transaction that tells its dependents). Locked
+    before the lease, and re-read once a concurrent create that makes it a dependency (which
+    locks it: `GraphRepository.mark_dependents`) commits: that create's flag is seen."""
+    locked = (
+        select(t.c.id)
+        .where(t.c.id == bindparam("b_task"), t.c.has_dependents.is_(false()))
+        .with_for_update()
+        .cte("alone")
+    )
+    return select(locked.c.id).scalar_subquery()
+
+
 @functools.cache
 def _end_statement(task_keys: tuple[str, ...], with_artifact: bool) -> Any:
     now = bindparam("b_now", type_=BigInteger())
@@ -60,7 +85,7 @@ def _end_statement(task_keys: tuple[str, ...], with_artifact: bool) -> Any:
         update(leases)
         .where(
             leases.c.id == bindparam("b_lease"),
-            leases.c.task_id == bindparam("b_task"),
+            leases.c.task_id == _alone_task(),
             ACTIVE,
             leases.c.expires_at >= now,
         )
@@ -96,7 +121,7 @@ def _success_statement(task_keys: tuple[str, ...], with_artifact: bool) -> Any:
         update(leases)
         .where(
             leases.c.id == bindparam("b_lease"),
-            leases.c.task_id == bindparam("b_task"),
+            leases.c.task_id == _alone_task(),
             ACTIVE,
             leases.c.expires_at >= now,
             or_(worker.is_(None), leases.c.worker_id == worker),

@@ -64,9 +64,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("UPDATE llm_tasks SET status = 'queued' WHERE status = 'awaiting_approval'")
     recount(BEFORE)
-    if op.get_bind().dialect.name == "postgresql":
-        op.drop_column("task_counts", "awaiting_approval")
-    else:
-        with op.batch_alter_table("task_counts") as batch:
-            batch.drop_column("awaiting_approval")
+    # ALTER TABLE DROP COLUMN (SQLite 3.35 and later): no rebuild, which the triggers on
+    # leases (they update task_counts) would not survive
+    op.drop_column("task_counts", "awaiting_approval")
     op.drop_table("approvals")

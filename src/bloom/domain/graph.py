@@ -1,0 +1,184 @@
+"""Task graphs, pure: a batch's dependencies checked (refs, cycles, bounds) and the answers of a
+task's dependencies put before its prompt (docs/graphs.md).
+
+The bounds mirror the worker's `context_hints` files (`worker/prompt.py`): so much per item, so
+much in all, and what is cut is said in the text, never silently dropped."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+MAX_DEPENDENCIES = 1_000
+"""The most tasks one task may depend on."""
+MAX_ANSWER_CHARS = 64 * 1024
+"""Of each dependency's answer, at most this much is passed on (the rest is cut, and said)."""
+MAX_ANSWERS_CHARS = 256 * 1024
+"""Of all of a task's dependencies' answers together, at most this much."""
+MAX_REF_CHARS = 100
+
+
+class OnDependencyFailure(StrEnum):
+    CANCEL = "cancel"
+    """A dependency that ends failed, dead or cancelled cancels the task (the default)."""
+    RUN = "run"
+    """The task runs anyway once every dependency has ended, told which ones failed."""
+
+
+class GraphProblem(Exception):
+    """A batch's dependencies cannot be taken: `field` names where (`tasks.3.depends_on`)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One task of a batch as its dependencies name it: its `ref` (or None) and the names it
+    waits for (refs of the same batch, or ids of tasks that exist)."""
+
+    ref: str | None
+    depends_on: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """A batch's dependencies resolved: for each task (by its index), the indexes of the batch
+    tasks it waits for, and the existing task ids it waits for, each in the order named."""
+
+    in_batch: list[list[int]]
+    existing: list[list[str]]
+
+    def existing_ids(self) -> set[str]:
+        return {task_id for ids in self.existing for task_id in ids}
+
+
+def plan(tasks: Sequence[Planned], *, field_of: str = "tasks.{index}.") -> Edges:
+    """Each task's dependencies resolved against the batch's refs: a name that is a ref of the
+    batch is that task, any other name an existing task's id (checked by the caller).
+
+    Refused (GraphProblem, the field named): a ref used twice, a task naming itself, the same
+    name twice, more than `MAX_DEPENDENCIES`, or a cycle among the batch's tasks."""
+    refs: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        if task.ref is None:
+            continue
+        if task.ref in refs:
+            raise GraphProblem(
+                field_of.format(index=index) + "ref",
+                f'ref "{task.ref}" is used twice in the batch (tasks {refs[task.ref]} and {index})',
+            )
+        refs[task.ref] = index
+    in_batch: list[list[int]] = []
+    existing: list[list[str]] = []
+    for index, task in enumerate(tasks):
+        where = field_of.format(index=index) + "depends_on"
+        if len(task.depends_on) > MAX_DEPENDENCIES:
+            raise GraphProblem(
+                where,
+                f"{len(task.depends_on)} dependencies: at most {MAX_DEPENDENCIES} are allowed",
+            )
+        seen: set[str] = set()
+        mine: list[int] = []
+        theirs: list[str] = []
+        for name in task.depends_on:
+            if name in seen:
+                raise GraphProblem(where, f'"{name}" is named twice')
+            seen.add(name)
+            if name in refs:
+                if refs[name] == index:
+                    raise GraphProblem(where, f'a task cannot depend on itself ("{name}")')
+                mine.append(refs[name])
+            else:
+                theirs.append(name)
+        in_batch.append(mine)
+        existing.append(theirs)
+    cycle = _cycle(in_batch)
+    if cycle is not None:
+        names = " -> ".join(tasks[i].ref or str(i) for i in [*cycle, cycle[0]])
+        raise GraphProblem(
+            field_of.format(index=cycle[0]) + "depends_on", f"dependency cycle: {names}"
+        )
+    return Edges(in_batch, existing)
+
+
+def _cycle(edges: list[list[int]]) -> list[int] | None:
+    """A cycle of the graph (task -> the tasks it waits for), as its tasks in order, or None."""
+    state = [0] * len(edges)  # 0 unseen, 1 on the path, 2 done
+    for start in range(len(edges)):
+        if state[start]:
+            continue
+        path: list[int] = []
+        stack: list[tuple[int, int]] = [(start, 0)]
+        while stack:
+            node, next_child = stack.pop()
+            if next_child == 0:
+                state[node] = 1
+                path.append(node)
+            if next_child < len(edges[node]):
+                stack.append((node, next_child + 1))
+                child = edges[node][next_child]
+                if state[child] == 1:
+                    return path[path.index(child) :]
+                if state[child] == 0:
+                    stack.append((child, 0))
+            else:
+                state[node] = 2
+                path.pop()
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one dependency left for its dependent: its id, its ref in the batch that made them
+    (or None), how it ended, and its answer (the output of its success) or its last error."""
+
+    task_id: str
+    ref: str | None
+    status: str
+    output: str | None
+    error: str | None = None
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def _attribute(value: str) -> str:
+    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def compose(prompt: str, answers: Sequence[Answer]) -> str:
+    """The prompt a dependent task runs with: a `<dependency>` block per dependency, in the
+    order it named them, naming the task (and its ref) and how it ended, holding its answer
+    (at most `MAX_ANSWER_CHARS` each, `MAX_ANSWERS_CHARS` in all: the rest cut, and said),
+    then the task's own prompt. No dependencies: the prompt as it is."""
+    if not answers:
+        return prompt
+    blocks: list[str] = []
+    left = MAX_ANSWERS_CHARS
+    for answer in answers:
+        attrs = f'task="{_attribute(answer.task_id)}"'
+        if answer.ref:
+            attrs += f' ref="{_attribute(answer.ref)}"'
+        attrs += f' status="{_attribute(answer.status)}"'
+        if answer.status == "completed":
+            body = answer.output or ""
+        else:
+            body = f"This dependency did not complete ({answer.status})" + (
+                f": {answer.error}" if answer.error else "."
+            )
+        limit = min(MAX_ANSWER_CHARS, left)
+        body = _cut(body, limit) if limit > 0 else f"[{len(body)} characters cut: limit reached]"
+        left = max(0, left - min(len(body), limit))
+        blocks.append(f"<dependency {attrs}>\n{body}\n</dependency>")
+    return "\n\n".join(
+        [
+            "The tasks this task depends on have ended; their answers:",
+            *blocks,
+            prompt,
+        ]
+    )
