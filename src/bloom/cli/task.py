@@ -36,6 +36,12 @@ class Format(StrEnum):
     json = "json"
 
 
+class Cli(StrEnum):
+    claude = "claude"
+    codex = "codex"
+    gemini = "gemini"
+
+
 def new_context_id() -> str:
     return f"ctx-{uuid.uuid4().hex[:12]}"
 
@@ -55,6 +61,7 @@ def task_body(
     stall_sec: int | None = None,
     on_stall: str | None = None,
     workspace: dict[str, Any] | None = None,
+    cli: str | None = None,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -84,6 +91,8 @@ def task_body(
         body["max_attempts"] = max_attempts
     if workspace:
         body["workspace"] = workspace
+    if cli is not None:
+        body["cli"] = cli
     return body
 
 
@@ -169,6 +178,13 @@ def submit(
         bool | None,
         typer.Option("--push/--no-push", help="With --repo: push the branch after each run."),
     ] = None,
+    cli: Annotated[
+        Cli | None,
+        typer.Option(
+            "--cli",
+            help="The agent CLI that runs it; only a worker that has it takes it (claude).",
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -202,6 +218,7 @@ def submit(
         stall_sec=stall_sec,
         on_stall=on_stall.value if on_stall is not None else None,
         workspace=workspace_body(repo, ref, branch, push),
+        cli=cli.value if cli is not None else None,
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))

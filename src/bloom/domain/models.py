@@ -47,6 +47,8 @@ class Task:
     session_id: str | None = None
     workspace: dict[str, Any] | None = None
     """The repository and branch the task changes (`domain.workspace.WorkspaceSpec`)."""
+    cli: str = "claude"
+    """The agent CLI that runs it (`domain.clis.CLIS`)."""
 
 
 @dataclass(frozen=True, slots=True)

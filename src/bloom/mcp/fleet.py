@@ -102,6 +102,7 @@ class Fleet:
         timeout_sec: int | None,
         budget_usd: float | None,
         idempotency_key: str | None,
+        cli: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -119,6 +120,8 @@ class Fleet:
             body["priority"] = priority
         if idempotency_key:
             body["idempotency_key"] = idempotency_key
+        if cli is not None:
+            body["cli"] = cli
         return task_view(await self.client.create_task(body))
 
     async def task(self, task_id: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ only read (a viewer key) is offered the read tools only, and the server's instru
 
 import sys
 from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -98,6 +98,13 @@ class Tools:
                 "of queueing a second one."
             ),
         ] = None,
+        cli: Annotated[
+            Literal["claude", "codex", "gemini"] | None,
+            Field(
+                description="The agent CLI that runs it (claude by default); only a worker "
+                "that has it takes it."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Queue a task for the fleet: a worker runs the prompt with the Claude CLI on its own
         machine. Returns the queued task (its id, status); follow it with wait_task."""
@@ -110,6 +117,7 @@ class Tools:
                 timeout_sec=timeout_sec,
                 budget_usd=budget_usd,
                 idempotency_key=idempotency_key,
+                cli=cli,
             )
         )
 

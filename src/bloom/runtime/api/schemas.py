@@ -241,6 +241,11 @@ class CreateTaskBody(Body):
     workspace: WorkspaceBody | None = Field(
         None, description="A repository branch the task changes: docs/workspaces.md."
     )
+    cli: Literal["claude", "codex", "gemini"] = Field(
+        "claude",
+        description="The agent CLI that runs the task (docs/agents.md); it goes only to a "
+        "worker that has it.",
+    )
 
     def new_task(self, idempotency_key: str | None = None) -> NewTask:
         """The validated request, for the task service (the key: this body's, else the one
@@ -256,6 +261,7 @@ class CreateTaskBody(Body):
             priority=self.priority,
             idempotency_key=self.idempotency_key or idempotency_key,
             workspace=self.workspace.request() if self.workspace else None,
+            cli=self.cli,
         )
 
 
@@ -443,6 +449,14 @@ class CapabilitiesBody(Body):
         None,
         description="Whether the worker runs tasks with a workspace (git present, clones "
         "allowed): only such a worker is given them.",
+    )
+    clis: (
+        dict[Literal["claude", "codex", "gemini"], Annotated[StrictStr, Field(max_length=64)]]
+        | None
+    ) = Field(
+        None,
+        description='The agent CLIs the worker runs, with their versions ({"claude": '
+        '"2.1.330"}): a task goes only to a worker that has its `cli`. Unset: Claude only.',
     )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from bloom.domain.audit import AuditAction, task_audit
+from bloom.domain.clis import DEFAULT_CLI
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, InvalidField, NotFound
 from bloom.domain.ids import new_id
@@ -66,11 +67,15 @@ class NewTask:
     priority: int = 0
     idempotency_key: str | None = None
     workspace: WorkspaceRequest | None = None
+    cli: str = DEFAULT_CLI
 
     def fingerprint(self) -> str:
-        """Identifies the request's content, so a reused idempotency key can be told apart."""
+        """Identifies the request's content, so a reused idempotency key can be told apart
+        (the default `cli` left out: a request from before `cli` keeps its fingerprint)."""
         body = asdict(self)
         body.pop("idempotency_key")
+        if body["cli"] == DEFAULT_CLI:
+            body.pop("cli")
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -176,6 +181,7 @@ class TaskService:
             idempotency_key=new.idempotency_key,
             queued_at=now,
             workspace=workspace,
+            cli=new.cli,
         )
 
     @staticmethod

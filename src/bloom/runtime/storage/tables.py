@@ -55,6 +55,7 @@ llm_tasks = Table(
     Column("session_id", String),
     Column("workspace", JSONType),
     Column("workspace_key", Text),  # repo and branch: written by one task at a time
+    Column("cli", Text, nullable=False, server_default="claude"),  # its agent CLI
 )
 # The claim query walks this index in order and stops at the first claimable row, so its cost
 # does not grow with the number of queued tasks.
