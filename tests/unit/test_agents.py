@@ -16,6 +16,7 @@ from bloom.clients.runtime import RuntimeClient
 from bloom.clients.wire import Policy
 from bloom.domain.retry import ErrorCode
 from bloom.domain.tool_policy import ToolPolicy
+from bloom.worker.agent import Worker
 from bloom.worker.agents.base import (
     AGENT_EVENT,
     AgentCli,
@@ -225,6 +226,9 @@ class LineCli(AgentCli):
     def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
         raise NotImplementedError
 
+    def detect(self) -> str | None:
+        return self.pinned_version
+
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return {"PATH": environ.get("PATH", "/usr/bin:/bin")}
 
@@ -336,3 +340,36 @@ async def test_a_pause_is_reported_as_a_call_waiting_for_a_person(tmp_path: Path
     assert body["error_code"] == "approval_required"
     assert "decision on Bash" in body["error_message"]
     assert (body["approval"]["tool_use_id"], body["approval"]["tool_name"]) == ("c1", "Bash")
+
+
+async def test_a_task_for_a_cli_this_worker_lacks_is_given_back_unrun(tmp_path: Path) -> None:
+    completes: list[dict[str, Any]] = []
+
+    async def runtime(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/heartbeat"):
+            return httpx.Response(200, json={"lease": lease_json(), "expires_at": 301_000})
+        if request.url.path.endswith("/complete"):
+            completes.append(json.loads(request.content))
+        return httpx.Response(200, json={})
+
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin="/nonexistent/claude")
+    book = ConversationBook(tmp_path / "s.json")
+    async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
+        await TaskRun(settings, client, book, Pause(), grant(cli="codex")).run()
+    (body,) = completes
+    assert body["status"] == "error"
+    assert body["error_code"] == "error"  # retried, by a worker that has it
+    assert body["error_message"] == "This worker has no codex CLI"
+    assert [event["type"] for event in body["events"]] == ["finished"]
+
+
+async def test_the_worker_registers_the_clis_it_has(tmp_path: Path) -> None:
+    claude_bin = tmp_path / "claude"
+    claude_bin.write_text("#!/bin/sh\nexit 0\n")  # a stand-in: no version to read
+    claude_bin.chmod(0o755)
+    settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin=str(claude_bin))
+    async with RuntimeClient("http://runtime") as client:
+        worker = Worker(settings, client, environ={"PATH": "/usr/bin:/bin"})
+        await worker.detect_clis()
+    assert worker.registration()["capabilities"]["clis"] == {"claude": "unknown"}
+    assert "clis" not in worker.registration(readiness=False)["capabilities"]

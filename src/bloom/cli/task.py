@@ -41,6 +41,12 @@ class DependencyFailure(StrEnum):
     run = "run"
 
 
+class Cli(StrEnum):
+    claude = "claude"
+    codex = "codex"
+    gemini = "gemini"
+
+
 def new_context_id() -> str:
     return f"ctx-{uuid.uuid4().hex[:12]}"
 
@@ -62,6 +68,7 @@ def task_body(
     workspace: dict[str, Any] | None = None,
     after: list[str] | None = None,
     on_dependency_failure: str | None = None,
+    cli: str | None = None,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -91,6 +98,8 @@ def task_body(
         body["max_attempts"] = max_attempts
     if workspace:
         body["workspace"] = workspace
+    if cli is not None:
+        body["cli"] = cli
     return body | graph_fields(after, on_dependency_failure)
 
 
@@ -200,6 +209,13 @@ def submit(
             help="With --after: when one of them fails, cancel this task or run it anyway (cancel)."
         ),
     ] = None,
+    cli: Annotated[
+        Cli | None,
+        typer.Option(
+            "--cli",
+            help="The agent CLI that runs it; only a worker that has it takes it (claude).",
+        ),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -237,6 +253,7 @@ def submit(
         workspace=workspace_body(repo, ref, branch, push),
         after=after,
         on_dependency_failure=on_dependency_failure.value if on_dependency_failure else None,
+        cli=cli.value if cli is not None else None,
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))

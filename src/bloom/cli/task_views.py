@@ -57,6 +57,7 @@ def print_task(
         ),
         ("context", escape(task.context_id)),
         ("agent", escape(task.agent_slug)),
+        ("cli", escape(task.cli)),
         ("format", task.desired_format),
         ("priority", str(task.priority)),
         ("attempts", f"{task.attempts} of {task.max_attempts}"),
@@ -73,7 +74,10 @@ def print_task(
     if task.hold is not None:
         rows.append(("waits", _hold_text(task.hold)))
     waiting = task.raw.get("waiting_for")
-    if isinstance(waiting, dict):
+    if isinstance(waiting, dict) and waiting.get("reason") == "no_worker_with_cli":
+        cli = waiting.get("cli")
+        rows.append(("waits", escape(f"no online worker has the {cli} CLI")))
+    elif isinstance(waiting, dict):
         writer, branch = waiting.get("task_id"), waiting.get("branch")
         rows.append(("waits", escape(f"task {writer} is writing branch {branch}")))
     if task.stall is not None:

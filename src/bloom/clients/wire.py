@@ -125,6 +125,8 @@ class TaskInfo:
     hold: HoldInfo | None = None
     stall: StallInfo | None = None
     workspace: WorkspaceSpec | None = None
+    cli: str = "claude"
+    """The agent CLI that runs it; an older runtime, which sends none, runs Claude only."""
     raw: Raw = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -154,6 +156,7 @@ class TaskInfo:
             hold=fields.optional_nested("hold", HoldInfo.from_json),
             stall=fields.optional_nested("stall", StallInfo.from_json),
             workspace=fields.optional_nested("workspace", _workspace),
+            cli=fields.optional_text("cli") or "claude",
             raw=fields.data,
         )
 

@@ -58,6 +58,8 @@ class Task:
     """`cancel` or `run` (for a task with dependencies): what a dependency's failure does."""
     cancelled_for: str | None = None
     """The failed dependency it was cancelled for (a requeue of that one puts it back)."""
+    cli: str = "claude"
+    """The agent CLI that runs it (`domain.clis.CLIS`)."""
 
 
 @dataclass(frozen=True, slots=True)

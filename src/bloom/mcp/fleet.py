@@ -108,6 +108,7 @@ class Fleet:
         idempotency_key: str | None,
         depends_on: list[str] | None = None,
         on_dependency_failure: str | None = None,
+        cli: str | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -129,6 +130,8 @@ class Fleet:
             body["depends_on"] = list(depends_on)
         if on_dependency_failure:
             body["on_dependency_failure"] = on_dependency_failure
+        if cli is not None:
+            body["cli"] = cli
         return task_view(await self.client.create_task(body))
 
     async def submit_graph(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -124,6 +124,13 @@ class Tools:
             Literal["cancel", "run"] | None,
             Field(description="When a dependency fails: cancel this task (default) or run it."),
         ] = None,
+        cli: Annotated[
+            Literal["claude", "codex", "gemini"] | None,
+            Field(
+                description="The agent CLI that runs it (claude by default); only a worker "
+                "that has it takes it."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Queue a task for the fleet: a worker runs the prompt with the Claude CLI on its own
         machine. Returns the queued task (its id, status); follow it with wait_task."""
@@ -138,6 +145,7 @@ class Tools:
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                cli=cli,
             )
         )
 

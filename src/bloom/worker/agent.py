@@ -63,6 +63,8 @@ class Worker:
         self.agents = registry.adapters(settings)
         """The agent CLIs this worker runs, by name."""
         self.claude = self.agents["claude"]
+        self.clis: dict[str, str] = {}
+        """The CLIs this worker can run, with their versions (`detect_clis`)."""
         # the file keeps its first name, so an upgraded worker still resumes its conversations
         self.conversations = ConversationBook(settings.resolved_work_dir / "sessions.json")
         self.pause = Pause()
@@ -94,6 +96,7 @@ class Worker:
         ready: dict[str, Any] = {}
         if readiness:
             ready = {"ready": self.not_ready is None, "workspaces": self.settings.serves_workspaces}
+            ready |= {"clis": self.clis} if self.clis else {}
             ready |= {"not_ready": self.not_ready} if self.not_ready else {}
         return {
             "name": self.settings.name,
@@ -201,7 +204,18 @@ class Worker:
         except (RuntimeUnreachable, RuntimeApiError) as exc:
             log.warning("presence_failed", error=str(exc))
 
+    async def detect_clis(self) -> None:
+        """Which agent CLIs this machine has (each adapter finds its own), for registration."""
+        found = {}
+        for name, agent in self.agents.items():
+            version = await asyncio.to_thread(agent.detect)
+            if version is not None:
+                found[name] = version
+        self.clis = found
+        log.info("agent_clis", clis=found)
+
     async def _serve(self) -> None:
+        await self.detect_clis()
         await self.check_credentials()
         await self._register()
         if self.stopping.is_set():
@@ -382,7 +396,7 @@ class Worker:
             self.credentials_refused,
             claim_next=self._takes_next if follow else None,
             features=self.features,
-            agent=self.claude,
+            agent=self.agents.get(grant.task.cli),
         )
         task = asyncio.create_task(run.run())
         self.running.add(grant.task.id)

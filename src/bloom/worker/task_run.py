@@ -135,8 +135,9 @@ class TaskRun:
         agent: AgentCli | None = None,
     ):
         self.settings = settings
-        self.agent = agent or registry.adapter(settings)
-        """The task's agent CLI: everything particular to it goes through this boundary."""
+        self.agent = agent or registry.adapters(settings).get(grant.task.cli)
+        """The task's agent CLI: everything particular to it goes through this boundary (None:
+        this worker has none for the task's `cli`)."""
         self.credentials_refused = credentials_refused
         """Told (before the attempt is reported) when the CLI could not authenticate and the
         worker waits for its credentials instead of failing the task."""
@@ -205,6 +206,12 @@ class TaskRun:
     async def _attempt(self, first: Confirmation) -> tuple[RunReport, Outcome] | None:
         """The workspace prepared, the CLI run (its prompt held until `first` allows it), the
         change kept; None when the lease was lost meanwhile."""
+        if self.agent is None:
+            missing = f"This worker has no {self.task.cli} CLI"
+            report = RunReport(exit_code=None, duration_ms=0, stderr_tail=missing)
+            return report, Outcome(
+                False, error_message=missing, error_code=ErrorCode.ERROR, metrics={"duration_ms": 0}
+            )
         try:
             async with self.conversations.lock(self.task.context_id):
                 self.rulings = await self._rulings()
@@ -262,7 +269,7 @@ class TaskRun:
         taking work (it says so before the attempt is reported, so that the task is not handed
         back to it), and the attempt is reported as a rate limit is, given back without being
         counted, for a worker whose credentials work."""
-        message = outcome.error_message or f"The {self.agent.title} CLI could not authenticate"
+        message = outcome.error_message or f"The {self._adapter().title} CLI could not authenticate"
         if self.credentials_refused is not None:
             await self.credentials_refused(message)
         return replace(
@@ -272,8 +279,12 @@ class TaskRun:
             retry_at=int(time.time() * 1000) + GIVEN_BACK_DELAY_MS,
         )
 
+    def _adapter(self) -> AgentCli:
+        assert self.agent is not None  # `_attempt` runs nothing without one
+        return self.agent
+
     def _decide(self, report: RunReport) -> Outcome:
-        return self.agent.outcome(
+        return self._adapter().outcome(
             report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
         )
 
@@ -328,7 +339,7 @@ class TaskRun:
             first.lost is None
             and not first.cancelled
             and resume
-            and self.agent.session_lost(report)
+            and self._adapter().session_lost(report)
         ):
             self.conversations.forget(self.task.context_id)  # its transcript is gone: start anew
             report = await self._run_cli(None)
@@ -352,7 +363,7 @@ class TaskRun:
             decisions=decided,
             continues=continues,
         )
-        return self.agent.invocation(spec, self.environ)
+        return self._adapter().invocation(spec, self.environ)
 
     async def _run_cli(self, resume: str | None, gate: Gate | None = None) -> RunReport:
         invocation = self._invocation(resume)
@@ -365,7 +376,7 @@ class TaskRun:
                 "resumed_session": resume,
             },
         )
-        process = AgentProcess(invocation, self.agent.parser(), self.outbox.add, gate)
+        process = AgentProcess(invocation, self._adapter().parser(), self.outbox.add, gate)
         keeper = asyncio.create_task(self._keep_alive(process))
         run = asyncio.create_task(process.run())
         done, _ = await asyncio.wait({keeper, run}, return_when=asyncio.FIRST_COMPLETED)

@@ -259,6 +259,11 @@ class CreateTaskBody(Body):
         description="A dependency that ends failed, dead or cancelled: cancel this task "
         "(default), or run it anyway, told which dependency failed.",
     )
+    cli: Literal["claude", "codex", "gemini"] = Field(
+        "claude",
+        description="The agent CLI that runs the task (docs/agents.md); it goes only to a "
+        "worker that has it.",
+    )
 
     def new_task(self, idempotency_key: str | None = None) -> NewTask:
         """The validated request, for the task service (the key: this body's, else the one
@@ -277,6 +282,7 @@ class CreateTaskBody(Body):
             depends_on=list(self.depends_on),
             ref=self.ref,
             on_dependency_failure=OnDependencyFailure(self.on_dependency_failure),
+            cli=self.cli,
         )
 
 
@@ -509,6 +515,14 @@ class CapabilitiesBody(Body):
         None,
         description="Whether the worker runs tasks with a workspace (git present, clones "
         "allowed): only such a worker is given them.",
+    )
+    clis: (
+        dict[Literal["claude", "codex", "gemini"], Annotated[StrictStr, Field(max_length=64)]]
+        | None
+    ) = Field(
+        None,
+        description='The agent CLIs the worker runs, with their versions ({"claude": '
+        '"2.1.330"}): a task goes only to a worker that has its `cli`. Unset: Claude only.',
     )
 
 

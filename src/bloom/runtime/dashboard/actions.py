@@ -110,6 +110,7 @@ async def create_task(request: Request, caller: Caller) -> Response:
             "context_id": form.get("context_id", "").strip(),
             "agent_slug": form.get("agent_slug", "").strip() or "default",
             "desired_format": form.get("desired_format", "text"),
+            "cli": form.get("cli") or "claude",
             "priority": _number(form, "priority", 0),
             "max_attempts": _number(form, "max_attempts", 3),
             "policy": {
@@ -166,6 +167,7 @@ async def run_again(request: Request, task_id: str, caller: Caller) -> Response:
             desired_format=old.desired_format,
             max_attempts=old.max_attempts,
             priority=old.priority,
+            cli=old.cli,
         ),
         caller.actor,
     )

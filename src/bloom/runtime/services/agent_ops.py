@@ -41,7 +41,7 @@ CLONE = Call("POST", "/clone", 60, AuditAction.PROJECT_CLONED)
 """A managed project's repository cloned (or pulled) on the node (the agent's git may take 300 s;
 the reference runtime waits 60)."""
 HEALTH_TIMEOUT_SEC = 10
-LEASING_KEYS = frozenset({"claude_cli", "max_concurrency", "labels", "workspaces"})
+LEASING_KEYS = frozenset({"claude_cli", "max_concurrency", "labels", "workspaces", "clis"})
 """Capabilities the lease engine reads: an agent's health answer never mistypes them."""
 
 

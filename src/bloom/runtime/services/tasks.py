@@ -8,6 +8,7 @@ import orjson
 
 from bloom.domain.approvals import CANCELLED_NOTE
 from bloom.domain.audit import AuditAction, task_audit
+from bloom.domain.clis import DEFAULT_CLI
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, InvalidField, NotFound
 from bloom.domain.graph import Edges, GraphProblem, OnDependencyFailure, Planned, plan
@@ -81,11 +82,15 @@ class NewTask:
     ref: str | None = None
     """Its name in its batch, for later tasks of the batch to name in `depends_on`."""
     on_dependency_failure: OnDependencyFailure = OnDependencyFailure.CANCEL
+    cli: str = DEFAULT_CLI
 
     def fingerprint(self) -> str:
-        """Identifies the request's content, so a reused idempotency key can be told apart."""
+        """Identifies the request's content, so a reused idempotency key can be told apart
+        (the default `cli` left out: a request from before `cli` keeps its fingerprint)."""
         body = asdict(self)
         body.pop("idempotency_key")
+        if body["cli"] == DEFAULT_CLI:
+            body.pop("cli")
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -288,6 +293,7 @@ class TaskService:
             idempotency_key=new.idempotency_key,
             queued_at=now,
             workspace=workspace,
+            cli=new.cli,
         )
 
     @staticmethod

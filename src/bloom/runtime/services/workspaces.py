@@ -80,12 +80,18 @@ class WorkspaceService:
         return {"task_id": task_id, "workspace": task.workspace, "head": head, "steps": changed}
 
     async def waiting_for(self, task: Task) -> dict[str, Any] | None:
-        """Why a queued workspace task waits, when another task writes its branch: `{reason:
-        "branch_busy", task_id, repo, branch}` (None: it does not wait for that)."""
-        key = key_of(task.workspace)
-        if task.status is not TaskStatus.QUEUED or key is None or task.workspace is None:
+        """Why a queued task waits: workers are online but none has its agent CLI
+        (`{reason: "no_worker_with_cli", cli}`; with no worker online, nothing is said), or
+        (a workspace task) another task writes its branch (`{reason: "branch_busy", task_id,
+        repo, branch}`); None: for neither."""
+        if task.status is not TaskStatus.QUEUED:
             return None
+        key = key_of(task.workspace)
         async with self.db.read() as tx:
+            if await tx.workers.none_online_with_cli(task.cli):
+                return {"reason": "no_worker_with_cli", "cli": task.cli}
+            if key is None or task.workspace is None:
+                return None
             writer = await tx.tasks.branch_writer(key)
         if writer is None or writer == task.id:
             return None

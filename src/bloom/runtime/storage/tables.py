@@ -61,6 +61,7 @@ llm_tasks = Table(
     Column("has_dependents", Boolean, nullable=False, server_default=false()),
     Column("on_dependency_failure", Text),
     Column("cancelled_for", String),
+    Column("cli", Text, nullable=False, server_default="claude"),  # its agent CLI
 )
 # The claim query walks this index in order and stops at the first claimable row, so its cost
 # does not grow with the number of queued tasks.

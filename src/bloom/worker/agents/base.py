@@ -189,6 +189,11 @@ class AgentCli(ABC):
     def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
         """Fetch the pinned version into the project's cache; the binary's path."""
 
+    @abstractmethod
+    def detect(self) -> str | None:
+        """The version of the binary this worker runs (`binary`), for its capabilities; None
+        when it is not there (blocking; no model is called)."""
+
     # a run
 
     @abstractmethod

@@ -1,6 +1,5 @@
 """The agent CLIs this worker knows, each an adapter carrying the worker's settings for it."""
 
-from bloom.domain.clis import DEFAULT_CLI
 from bloom.worker.agents.base import AgentCli
 from bloom.worker.agents.claude.adapter import ClaudeCli
 from bloom.worker.settings import WorkerSettings
@@ -20,8 +19,3 @@ def adapters(settings: WorkerSettings) -> dict[str, AgentCli]:
             agent_dirs=project_agents,
         )
     }
-
-
-def adapter(settings: WorkerSettings, cli: str = DEFAULT_CLI) -> AgentCli:
-    """The adapter for `cli`; KeyError when there is none."""
-    return adapters(settings)[cli]

@@ -2,18 +2,36 @@
 
 A context's next task is kept, for at most the sticky wait, for the worker that held the
 context's newest lease (its Claude conversation lives there), while that worker is online, live,
-ready, not paused and has a free slot: its keeper. The claim query passes such a task over for
-everyone else (`tasks._claim_candidates`); the wake-ups for new and ready work name the keeper,
-so that its waiting claim hears of the task at once, and wake a counted claim only for a task
-nobody keeps (a counted claim woken for a kept task would find nothing, and the keeper nothing
-to wake it).
+ready, not paused, has a free slot and has the task's CLI (`has_cli`): its keeper. The claim
+query passes such a task over for everyone else (`tasks._claim_candidates`); the wake-ups for
+new and ready work name the keeper, so that its waiting claim hears of the task at once, and
+wake a counted claim only for a task nobody keeps (a counted claim woken for a kept task would
+find nothing, and the keeper nothing to wake it).
 """
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, bindparam, case, exists, func, or_, select, true
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from bloom.db.repository import Repository, is_state
+from bloom.domain.clis import DEFAULT_CLI
 from bloom.runtime.storage.tables import budgets, leases, llm_tasks, workers
 
 t = llm_tasks
@@ -42,6 +60,57 @@ def context_owner_named() -> Any:
         .limit(1)
         .scalar_subquery()
     )
+
+
+class _reports_cli(FunctionElement[bool]):
+    """Whether a worker's capabilities list a CLI in `clis` (an object of names: versions)."""
+
+    type = Boolean()
+    inherit_cache = True
+    name = "reports_cli"
+
+
+@compiles(_reports_cli, "postgresql")
+def _reports_cli_pg(element: _reports_cli, compiler: SQLCompiler, **kw: Any) -> str:
+    capabilities, cli = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(({capabilities} -> 'clis' -> {cli}) IS NOT NULL)"
+
+
+@compiles(_reports_cli, "sqlite")
+def _reports_cli_sqlite(element: _reports_cli, compiler: SQLCompiler, **kw: Any) -> str:
+    capabilities, cli = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(json_type({capabilities}, '$.clis.' || {cli}) IS NOT NULL)"
+
+
+def has_cli(worker: Any, cli: Any) -> ColumnElement[bool]:
+    """`worker` (an alias of workers) can run the agent CLI `cli` (a task's column, or a
+    parameter): its capabilities' `clis` name it, or it reports no `clis` (an older worker, a
+    node agent of the reference) and `cli` is Claude."""
+    capabilities = worker.c.capabilities
+    if isinstance(cli, str):
+        named = _reports_cli(capabilities, literal(cli, Text))
+        return or_(_lists_no_clis(capabilities), named) if cli == DEFAULT_CLI else named
+    return or_(
+        and_(cli == DEFAULT_CLI, _lists_no_clis(capabilities)), _reports_cli(capabilities, cli)
+    )
+
+
+class _lists_no_clis(FunctionElement[bool]):
+    type = Boolean()
+    inherit_cache = True
+    name = "lists_no_clis"
+
+
+@compiles(_lists_no_clis, "postgresql")
+def _lists_no_clis_pg(element: _lists_no_clis, compiler: SQLCompiler, **kw: Any) -> str:
+    (capabilities,) = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(({capabilities} -> 'clis') IS NULL)"
+
+
+@compiles(_lists_no_clis, "sqlite")
+def _lists_no_clis_sqlite(element: _lists_no_clis, compiler: SQLCompiler, **kw: Any) -> str:
+    (capabilities,) = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(json_type({capabilities}, '$.clis') IS NULL)"
 
 
 def may_keep(owner: Any) -> list[ColumnElement[bool]]:
@@ -91,7 +160,7 @@ def _keepers(*where: ColumnElement[bool]) -> Any:
     owner = workers.alias("owner")
     keeper = (
         select(owner.c.id)
-        .where(owner.c.id == context_owner(t), *may_keep(owner))
+        .where(owner.c.id == context_owner(t), *may_keep(owner), has_cli(owner, t.c.cli))
         .correlate(t)
         .scalar_subquery()
     )
@@ -105,14 +174,18 @@ def _keepers(*where: ColumnElement[bool]) -> Any:
 
 
 def keeper_named() -> tuple[Any, Any]:
-    """(held, keeper) of a task about to be queued now, of context `b_context` and agent
-    `b_agent`, not yet in the table (`_keepers` for a fresh task: queued, no backoff, within
-    the sticky wait): whether its project's budget is held (then it is not ready, and wakes
-    nobody), and its keeper (NULL: nobody keeps it)."""
+    """(held, keeper) of a task about to be queued now, of context `b_context`, agent
+    `b_agent` and CLI `b_cli`, not yet in the table (`_keepers` for a fresh task: queued, no
+    backoff, within the sticky wait): whether its project's budget is held (then it is not
+    ready, and wakes nobody), and its keeper (NULL: nobody keeps it)."""
     owner = workers.alias("owner")
     keeper = (
         select(owner.c.id)
-        .where(owner.c.id == context_owner_named(), *may_keep(owner))
+        .where(
+            owner.c.id == context_owner_named(),
+            *may_keep(owner),
+            has_cli(owner, bindparam("b_cli", type_=Text)),
+        )
         .scalar_subquery()
     )
     held = (

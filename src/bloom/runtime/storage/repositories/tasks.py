@@ -8,6 +8,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     String,
+    and_,
     bindparam,
     exists,
     func,
@@ -32,6 +33,7 @@ from bloom.db.repository import (
     text_rows,
     to_entity,
 )
+from bloom.domain.clis import DEFAULT_CLI
 from bloom.domain.ids import id_time
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor
@@ -39,6 +41,7 @@ from bloom.domain.states import TaskStatus
 from bloom.domain.workspace import key_of
 from bloom.runtime.storage.repositories.keepers import (
     context_owner,
+    has_cli,
     keeper_named,
     may_keep,
     ready_now,
@@ -225,14 +228,18 @@ def _claim_candidates() -> tuple[Any, Any]:
 
     Order: priority, then age. A project whose budget is spent (`budgets.held_until` in the
     future) has its tasks passed over. A task with a workspace goes only to a worker that says
-    it serves them (its capability `workspaces`). A task whose context was last held by another
-    worker is left to that worker (its Claude conversation lives there) while it may keep it
-    (`keepers`: online, live, ready, a slot free), for at most the sticky wait; after that,
-    anyone may.
+    it serves them (its capability `workspaces`); any task only to a worker that has its CLI
+    (`has_cli`: its capability `clis`, or Claude for a worker that reports none). A task whose
+    context was last held by another worker is left to that worker (its Claude conversation
+    lives there) while it may keep it (`keepers`: online, live, ready, a slot free, its CLI),
+    for at most the sticky wait; after that, anyone may.
     """
     owner = workers.alias("owner")
     owner_takes_it = exists().where(
-        owner.c.id == context_owner(t), owner.c.id != bindparam("b_worker"), *may_keep(owner)
+        owner.c.id == context_owner(t),
+        owner.c.id != bindparam("b_worker"),
+        *may_keep(owner),
+        has_cli(owner, t.c.cli),
     )
     my_load = (
         select(func.count())
@@ -244,6 +251,10 @@ def _claim_candidates() -> tuple[Any, Any]:
     serves_workspaces = exists().where(
         me.c.id == bindparam("b_worker"), me.c.capabilities["workspaces"].as_boolean().is_(true())
     )
+    # Claude's tasks (most) against one look at the worker, made once; another CLI's per task.
+    has_claude = exists().where(me.c.id == bindparam("b_worker"), has_cli(me, DEFAULT_CLI))
+    mine = workers.alias("mine")
+    has_its_cli = exists().where(mine.c.id == bindparam("b_worker"), has_cli(mine, t.c.cli))
     candidates = (
         select(t.c.id)
         .where(
@@ -251,6 +262,9 @@ def _claim_candidates() -> tuple[Any, Any]:
             *ready_now(),
             or_(t.c.queued_at < bindparam("b_sticky_cutoff"), ~owner_takes_it),
             or_(t.c.workspace_key.is_(None), serves_workspaces),
+            or_(
+                and_(t.c.cli == DEFAULT_CLI, has_claude), and_(t.c.cli != DEFAULT_CLI, has_its_cli)
+            ),
         )
         .order_by(t.c.priority.desc(), t.c.created_at, t.c.id)
         .with_for_update(skip_locked=True)
@@ -406,7 +420,7 @@ class TaskRepository(Repository):
             f"a_{name}": value for name, value in entity_values(audit, AUDIT_COLUMNS).items()
         }
         params |= {f"b_{name}": value for name, value in keeping.items()}
-        params |= {"b_context": task.context_id, "b_agent": task.agent_slug}
+        params |= {"b_context": task.context_id, "b_agent": task.agent_slug, "b_cli": task.cli}
         row = (await self.run(_INSERT_QUEUED, params))[0]
         return not row["held"], row["keeper"]
 

@@ -2,13 +2,25 @@
 
 from typing import Any
 
-from sqlalchemy import BigInteger, bindparam, case, delete, exists, func, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Text,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.columns import JSONType
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
+from bloom.runtime.storage.repositories.keepers import has_cli
 from bloom.runtime.storage.tables import leases, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
@@ -126,6 +138,10 @@ _HEARD_THROUGH_MEMBRIDGE = (
 )
 _PAUSE = update(w).where(w.c.id == bindparam("b_id")).values(paused_until=bindparam("b_until"))
 _DELETE = delete(w).where(w.c.id == bindparam("b_id")).returning(w.c.id)
+_ONLINE_WITHOUT_CLI = select(
+    exists().where(is_state(w.c.status, "online"))
+    & ~exists().where(is_state(w.c.status, "online"), has_cli(w, bindparam("b_cli", type_=Text)))
+)
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
 
@@ -216,6 +232,10 @@ class WorkerRepository(Repository):
 
     async def delete(self, worker_id: str) -> bool:
         return bool(await self.run(_DELETE, {"b_id": worker_id}))
+
+    async def none_online_with_cli(self, cli: str) -> bool:
+        """Whether workers are online but none can run the agent CLI `cli` (`has_cli`)."""
+        return bool(await self.scalar(_ONLINE_WITHOUT_CLI, {"b_cli": cli}))
 
     async def totals(self) -> tuple[int, int]:
         """(all workers, online workers)."""

@@ -1,6 +1,7 @@
 """The Claude CLI as an `AgentCli`: what is Claude's own (its flags, its `stream-json`, its
 result event, its errors, its credentials, its npm package) behind the worker's boundary."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -22,6 +23,31 @@ NO_CONVERSATION = "No conversation found"
 """What the CLI says when the session it was to resume is not on this machine."""
 VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
 VERSION_TIMEOUT_SEC = 10.0
+UNKNOWN = "unknown"
+
+
+def _package_version(binary: Path) -> str | None:
+    """The version in the npm package's manifest beside the binary (`…/claude-code-linux-x64/`
+    or `…/claude-code/bin/`), if one is there."""
+    for directory in (binary.parent, binary.parent.parent):
+        try:
+            manifest = json.loads((directory / "package.json").read_text())
+        except (OSError, ValueError):
+            continue
+        name, version = manifest.get("name"), manifest.get("version")
+        if isinstance(name, str) and name.startswith(cli_install.PACKAGE):
+            return version if isinstance(version, str) else None
+    return None
+
+
+def _native(binary: Path) -> bool:
+    """An executable file of the machine's own (ELF, Mach-O), not a script."""
+    try:
+        with binary.open("rb") as file:
+            head = file.read(4)
+    except OSError:
+        return False
+    return head in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 
 
 def version_of(binary: str | Path) -> str | None:
@@ -67,6 +93,20 @@ class ClaudeCli(AgentCli):
     @classmethod
     def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
         return cli_install.install_claude(cli_install.cache_dir(environ), echo)
+
+    def detect(self) -> str | None:
+        """Claude is always reported (a worker ran it before `clis` existed): its version read
+        from the npm package beside the binary, else from `--version` of a native binary, else
+        "unknown" (a script standing in for it, or a binary not there yet)."""
+        path = shutil.which(self.binary)
+        if path is None:
+            return UNKNOWN
+        resolved = Path(path).resolve()
+        return (
+            _package_version(resolved)
+            or (version_of(resolved) if _native(resolved) else None)
+            or UNKNOWN
+        )
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, agent_slug, self.listed_env)
