@@ -380,6 +380,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
                 ("POST", "/logout"),
                 ("POST", f"{API}/test-connection"),
                 ("POST", f"{API}/approvals/{{approval_id}}/decision"),  # approvers decide
+                ("POST", "/approvals/{approval_id}/decision"),  # the dashboard's, the same
             }
     public = {route for route, access in RULES.items() if access is Access.PUBLIC}
     assert all(
