@@ -75,6 +75,8 @@ async def test_a_call_in_ask_parks_the_task_without_its_worker(client: httpx.Asy
     assert worker.get("active_leases", 0) == 0
     # nothing to claim while it waits
     assert await claim(client, "w1") is None
+    scrape = (await client.get("/metrics")).text
+    assert "bloom_approvals_pending 1.0" in scrape
     stats = (await client.get(f"{API}/stats")).json()
     assert stats["tasks"]["by_status"]["awaiting_approval"] == 1
     events = (await client.get(f"{API}/llm-tasks/{task_id}/events?follow=false")).text
@@ -92,6 +94,7 @@ async def test_one_decision_resumes_the_task_and_a_second_is_refused(
     assert decided.json()["status"] == "approved"
     assert decided.json()["decided_by"]
     assert (await client.get(f"{API}/llm-tasks/{task_id}")).json()["status"] == "queued"
+    assert "bloom_approvals_pending 0.0" in (await client.get("/metrics")).text
     again = await decide(client, approval["id"], decision="deny", note="no")
     assert again.status_code == 409, again.text
     assert "already approved" in again.text

@@ -45,4 +45,9 @@ def gauges(snapshot: Snapshot) -> CollectorRegistry:
         "Active leases whose run is stalled: no output past its stall_sec, heartbeats going on.",
         value=snapshot.leases_stalled,
     )
-    return families(tasks, workers, free, leases, stalled)
+    approvals = GaugeMetricFamily(
+        "bloom_approvals_pending",
+        "Tool calls waiting for a person's decision (docs/approvals.md).",
+        value=snapshot.approvals_pending,
+    )
+    return families(tasks, workers, free, leases, stalled, approvals)

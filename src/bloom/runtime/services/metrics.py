@@ -147,6 +147,7 @@ class Snapshot:
     free_slots: int
     leases_active: int
     leases_stalled: int
+    approvals_pending: int = 0
 
 
 class MetricsService:
@@ -160,6 +161,7 @@ class MetricsService:
             workers = await tx.workers.find()
             active = await tx.leases.active_counts()
             leases_active, leases_stalled = await tx.leases.active_and_stalled()
+            approvals_pending = await tx.approvals.pending_count()
         now = self.clock()
         by_status = {str(status): 0 for status in WorkerStatus}
         free = 0
@@ -179,4 +181,5 @@ class MetricsService:
             free_slots=free,
             leases_active=leases_active,
             leases_stalled=leases_stalled,
+            approvals_pending=approvals_pending,
         )
