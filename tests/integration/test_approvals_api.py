@@ -4,6 +4,11 @@ approval listed; one decision puts the task back in the queue, a second or late 
 the resumed run reads the decisions; the timeout denies or fails; a cancel closes the call;
 approvers decide, viewers and workers do not."""
 
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +222,75 @@ async def test_approvers_decide_viewers_read_and_workers_do_neither(
             decided = await client.post(url, json=body, headers=keys["approver"])
             assert decided.status_code == 200, decided.text
             assert decided.json()["decided_by"] == "key:approver"
+
+
+class Receiver:
+    """A real HTTP server on loopback that answers the webhook's POSTs as told, and keeps them."""
+
+    def __init__(self, answers: list[int]) -> None:
+        self.answers = answers
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append((dict(self.headers), body))
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                if status == 302:
+                    self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("allow_private", [True, False])
+async def test_the_webhook_hears_of_each_call_signed_and_retried(
+    database_url: str, tmp_path: Path, allow_private: bool
+) -> None:
+    receiver = Receiver([500, 302, 200])
+    clock = FakeClock()
+    settings = make_settings(
+        database_url,
+        tmp_path,
+        approvals_webhook_url=receiver.url,
+        approvals_webhook_secret="s3cret",
+        approvals_webhook_allow_private=allow_private,
+        public_url="https://bloom.example",
+    )
+    app = create_app(settings, clock=clock)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as client:
+                _, approval = await parked(client)
+                webhook = app.state.container.approval_webhook
+                for _ in range(3):  # a 500, a redirect (never followed), then delivered
+                    await webhook.step()
+                    clock.advance(3600)
+                assert await webhook.step() == 0  # nothing more to send
+    finally:
+        receiver.close()
+    if not allow_private:
+        assert receiver.received == []  # a loopback address is refused
+        return
+    assert len(receiver.received) == 3
+    headers, body = receiver.received[-1]
+    expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert headers["X-Bloom-Signature"] == expected
+    assert headers["X-Bloom-Event"] == "approval_requested"
+    sent = json.loads(body)
+    assert sent["approval"]["id"] == approval["id"]
+    assert sent["approval"]["summary"] == "Bash: git push origin main"
+    assert sent["task_url"] == f"https://bloom.example/tasks/{approval['task_id']}"

@@ -17,6 +17,7 @@ from bloom.runtime.loops import Loop, PeriodicLoop, ReaperLoop
 from bloom.runtime.secret_box import SecretBox
 from bloom.runtime.secret_key import server_secret
 from bloom.runtime.services.agent_ops import AgentOps
+from bloom.runtime.services.approval_webhook import ApprovalWebhook, WebhookSettings
 from bloom.runtime.services.approvals import ApprovalService
 from bloom.runtime.services.artifact_moves import ArtifactMover
 from bloom.runtime.services.attempts import AttemptService
@@ -58,6 +59,8 @@ QUEUE_HISTORY_SEC = 60.0
 """How often the queue's depth is sampled for the dashboard's history (one sample a minute)."""
 EVENTS_PRUNE_SEC = 3600.0
 APPROVALS_EXPIRY_SEC = 5.0
+WEBHOOK_SEC = 2.0
+"""How often the approvals' webhook deliveries that are due are tried."""
 """How often calls waiting past their `expires_at` get their `on_timeout`."""
 """How often events older than the retention are deleted."""
 
@@ -96,6 +99,8 @@ class Container:
     agent_http: httpx.AsyncClient
     """The client of nodes' agents (dispatch, agent management, projects' clones)."""
     loops: list[Loop] = field(default_factory=list)
+    approval_webhook: ApprovalWebhook | None = None
+    """Tells the configured webhook of each approval asked for (none configured: None)."""
     clock: Clock = system_clock
     started_at: float = field(default_factory=time.monotonic)
 
@@ -107,6 +112,8 @@ class Container:
         await self.dispatcher.close()
         await self.agent_http.aclose()
         await self.membridge_client.close()
+        if self.approval_webhook is not None:
+            await self.approval_webhook.close()
         for store in self.records.stores.values():
             await store.close()
         await self.db.dispose()
@@ -302,6 +309,19 @@ def build_container(
     container.loops.append(
         PeriodicLoop("approvals-expiry", container.approvals.expire_due, APPROVALS_EXPIRY_SEC)
     )
+    if settings.approvals_webhook_url:
+        webhook = ApprovalWebhook(
+            db,
+            clock,
+            WebhookSettings(
+                url=settings.approvals_webhook_url,
+                secret=settings.approvals_webhook_secret.get_secret_value(),
+                allow_private=settings.approvals_webhook_allow_private,
+                public_url=settings.callback_url,
+            ),
+        )
+        container.approval_webhook = webhook
+        container.loops.append(PeriodicLoop("approvals-webhook", webhook.step, WEBHOOK_SEC))
     if container.audit_export is not None:
         check_sec = min(settings.audit_export_interval_sec, AUDIT_EXPORT_CHECK_SEC)
         container.loops.append(PeriodicLoop("audit_export", container.audit_export.step, check_sec))

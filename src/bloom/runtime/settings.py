@@ -130,6 +130,21 @@ class RuntimeSettings(ServerSettings, ObjectStoreSettings):
     )
     artifact_dir: Path | None = Field(None, validation_alias=bloom_env("ARTIFACT_DIR"))
 
+    approvals_webhook_url: str | None = Field(
+        None,
+        validation_alias=bloom_env("APPROVALS_WEBHOOK_URL"),
+        description="POST each approval asked for here (JSON, signed with "
+        "BLOOM_APPROVALS_WEBHOOK_SECRET), retried with backoff; docs/approvals.md.",
+    )
+    approvals_webhook_secret: SecretStr = Field(
+        SecretStr(""), validation_alias=bloom_env("APPROVALS_WEBHOOK_SECRET")
+    )
+    approvals_webhook_allow_private: bool = Field(
+        False,
+        validation_alias=bloom_env("APPROVALS_WEBHOOK_ALLOW_PRIVATE"),
+        description="Let the webhook reach loopback and private addresses (refused by default).",
+    )
+
     audit_export: bool | None = Field(
         None,
         validation_alias=bloom_env("AUDIT_EXPORT"),

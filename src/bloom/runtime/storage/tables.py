@@ -365,8 +365,12 @@ approvals = Table(
     Column("decided_at", BigInteger),
     Column("note", Text),
     Column("remember", Boolean, nullable=False, server_default=false()),
+    # its webhook delivery (docs/approvals.md): when to try (NULL: delivered, or given up)
+    Column("notify_at", BigInteger),
+    Column("notify_attempts", Integer, nullable=False, server_default="0"),
 )
 Index("ix_approvals_task_id", approvals.c.task_id)
+Index("ix_approvals_notify_at", approvals.c.notify_at)
 Index("ix_approvals_status_expires_at", approvals.c.status, approvals.c.expires_at)
 Index("ix_approvals_context_id", approvals.c.context_id)
 

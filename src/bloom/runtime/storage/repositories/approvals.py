@@ -2,12 +2,12 @@
 that stopped at the call, decided once (a conditional update from `pending`), expired by the
 keeper's loop."""
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
 
-from bloom.db.executor import Row
 from bloom.db.repository import Repository, entity_columns, entity_values, to_entity
 from bloom.domain.approvals import Approval, ApprovalStatus
 from bloom.runtime.storage.tables import approvals
@@ -48,6 +48,17 @@ _DUE = (
     .order_by(a.c.expires_at, a.c.id)
     .limit(bindparam("b_limit"))
 )
+_TO_NOTIFY = (
+    select(*COLUMNS, a.c.notify_attempts)
+    .where(a.c.notify_at <= bindparam("b_now"), a.c.status == PENDING)
+    .order_by(a.c.notify_at, a.c.id)
+    .limit(bindparam("b_limit"))
+)
+_NOTIFY_LATER = (
+    update(a)
+    .where(a.c.id == bindparam("b_id"))
+    .values(notify_at=bindparam("b_at"), notify_attempts=bindparam("b_attempts"))
+)
 _PENDING_COUNT = select(func.count()).select_from(a).where(a.c.status == PENDING)
 # What a resumed run applies: the task's decided calls (approved, denied, or expired: denied),
 # and calls approved to be remembered in its context (any task of it).
@@ -63,7 +74,7 @@ _RULINGS = (
 )
 
 
-def _approval(row: Row) -> Approval:
+def _approval(row: Mapping[str, Any]) -> Approval:
     found = to_entity(Approval, row)
     return replace(found, remember=bool(found.remember))
 
@@ -79,7 +90,24 @@ def _listed(status: str | None, task_id: str | None) -> Any:
 
 class ApprovalRepository(Repository):
     async def insert(self, approval: Approval) -> None:
-        await self.run(_INSERT, entity_values(approval, COLUMNS))
+        """A new approval, its webhook delivery due at once (sent where one is configured)."""
+        await self.run(
+            _INSERT, entity_values(approval, COLUMNS) | {"notify_at": approval.requested_at}
+        )
+
+    async def to_notify(self, now: int, limit: int) -> list[tuple[Approval, int]]:
+        """Pending approvals whose webhook delivery is due, with the attempts made so far."""
+        rows = await self.run(_TO_NOTIFY, {"b_now": now, "b_limit": limit})
+        due = []
+        for row in rows:
+            values = dict(row)
+            attempts = int(values.pop("notify_attempts"))
+            due.append((_approval(values), attempts))
+        return due
+
+    async def notify_later(self, approval_id: str, at: int | None, attempts: int) -> None:
+        """Its delivery done or given up (`at` None), or tried again at `at`."""
+        await self.run(_NOTIFY_LATER, {"b_id": approval_id, "b_at": at, "b_attempts": attempts})
 
     async def get(self, approval_id: str) -> Approval | None:
         rows = await self.run(_GET, {"b_id": approval_id})

@@ -47,12 +47,15 @@ def upgrade() -> None:
         sa.Column("decided_at", sa.BigInteger(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.Column("remember", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("notify_at", sa.BigInteger(), nullable=True),
+        sa.Column("notify_attempts", sa.Integer(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_approvals"),
         sa.UniqueConstraint("lease_id", name="uq_approvals_lease_id"),
     )
     op.create_index("ix_approvals_task_id", "approvals", ["task_id"])
     op.create_index("ix_approvals_status_expires_at", "approvals", ["status", "expires_at"])
     op.create_index("ix_approvals_context_id", "approvals", ["context_id"])
+    op.create_index("ix_approvals_notify_at", "approvals", ["notify_at"])
     # No task is awaiting approval before this revision: the new count starts at 0.
     op.add_column(
         "task_counts",
