@@ -22,7 +22,7 @@ from tests.support.stack import Stack
 
 ADMIN_KEY = "browser-admin-key-0123456789abcdef"
 PASSWORD = "correct horse battery staple"
-USERS = {"ada": "admin", "vera": "viewer"}
+USERS = {"ada": "admin", "vera": "viewer", "pat": "approver"}
 ARTIFACTS = Path(os.environ.get("BLOOM_TEST_ARTIFACTS", "test-artifacts"))
 
 
