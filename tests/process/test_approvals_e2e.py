@@ -5,6 +5,7 @@ without its worker; another task runs on the one slot meanwhile; approved (with 
 approvals`), the session resumes and runs exactly that call, its output in the answer; denied,
 the agent is told the note; a worker killed with -9 while the task waits loses nothing."""
 
+import asyncio
 import json
 import os
 import signal
@@ -12,6 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from tests.support.stack import Stack, wait_for
 
@@ -53,6 +57,7 @@ def test_a_call_waits_for_a_person_with_its_slot_free_then_runs_once_approved(
     assert approval["tool_name"] == "Bash"
     assert approval["tool_input"] == {"command": "touch approved.txt && echo made it"}
     assert approval["status"] == "pending"
+    assert approval["reason"] == "Bash(touch:*) is in the task's ask rules"
     assert made(stack, "approved.txt") == []  # it never ran unasked
     task = stack.task(asked)
     assert task["worker_id"] is None
@@ -100,3 +105,52 @@ def test_a_worker_killed_while_its_task_waits_loses_nothing(stack: Stack) -> Non
     assert stack.output(asked) == "echo: again"
     assert len(made(stack, "after-restart.txt")) == 1
     wait_for(lambda: stack.task(asked)["status"] == "completed", 5, "still completed")
+
+
+def test_no_decision_in_time_denies_the_call_or_fails_the_task(stack: Stack) -> None:
+    stack.add_worker("w1")
+    quick = {"tools": {"ask": ["Bash(touch:*)"], "approval_timeout_sec": 1}}
+    denied = stack.submit("ask-4 " + shell("touch late.txt"), policy=quick)
+    failing = {"tools": quick["tools"] | {"on_timeout": "fail"}}
+    failed = stack.submit("ask-5 " + shell("touch later.txt"), policy=failing)
+    done = stack.wait(denied, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert "No decision came in time" in stack.output(denied)
+    ended = stack.wait(failed, timeout=90)
+    assert ended["status"] == "failed"
+    assert "No decision on Bash: touch later.txt in time" in ended["last_error"]
+    assert made(stack, "late.txt") == []
+    assert made(stack, "later.txt") == []
+
+
+def test_a_remembered_call_runs_unasked_in_its_context_and_mcp_decides(stack: Stack) -> None:
+    stack.add_worker("w1")
+    call = shell("echo remembered")
+    first = stack.submit("ask-6 " + call, policy={"tools": {"ask": ["Bash"]}}, context_id="ctx-r")
+    approval = pending(stack, first)
+    decided = asyncio.run(decide_over_mcp(stack, approval["id"]))
+    assert decided["status"] == "approved"
+    assert decided["remember"] is True
+    assert stack.wait(first, timeout=90)["status"] == "completed"
+    # the same call, in a later task of the context: no one is asked again
+    later = stack.submit("ask-7 " + call, policy={"tools": {"ask": ["Bash"]}}, context_id="ctx-r")
+    assert stack.wait(later, timeout=90)["status"] == "completed", stack.logs()[-4000:]
+    assert stack.output(later) == "echo: remembered"
+    assert json.loads(bloom(stack, "approvals", "list", "--task", later, "--json").stdout) == []
+
+
+async def decide_over_mcp(stack: Stack, approval_id: str) -> dict[str, Any]:
+    """`decide_approval` through the MCP SDK's own client and `bloom mcp` over stdio."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("API_KEY")}
+    env["BLOOM_RUNTIME_URL"] = stack.runtime.url
+    server = StdioServerParameters(command=BLOOM[0], args=[*BLOOM[1:], "mcp"], env=env)
+    async with Client(server) as client:
+        listed = await client.call_tool("list_approvals", {})
+        assert approval_id in json.dumps(listed.structured_content)
+        answer = await client.call_tool(
+            "decide_approval",
+            {"approval_id": approval_id, "decision": "approve", "remember": True},
+        )
+        assert not answer.is_error, answer.content
+        assert answer.structured_content is not None
+        return dict(answer.structured_content)

@@ -33,10 +33,11 @@ from bloom.clients.wire import (
     TaskInfo,
 )
 from bloom.domain.retry import ErrorCode
+from bloom.domain.tool_policy import asks
 from bloom.worker import metrics
 from bloom.worker.agents import registry
 from bloom.worker.agents.base import AgentCli, Launch, Refused, RunSpec
-from bloom.worker.agents.outcome import Outcome, RunReport
+from bloom.worker.agents.outcome import Outcome, PendingCall, RunReport
 from bloom.worker.agents.process import AgentProcess, Gate
 from bloom.worker.conversations import ConversationBook
 from bloom.worker.decisions import applying
@@ -184,6 +185,8 @@ class TaskRun:
         if attempted is None:
             return None  # the lease was lost while it ran
         report, outcome = attempted
+        if outcome.pending is not None:
+            outcome = replace(outcome, pending=self._asking(outcome.pending))
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -287,6 +290,14 @@ class TaskRun:
         return self._adapter().outcome(
             report, desired_format=self.task.desired_format, budget_usd=self.task.policy.budget
         )
+
+    def _asking(self, call: PendingCall) -> PendingCall:
+        """The call a run stopped at, with the rule that asks for it."""
+        tools = self.task.policy.tools
+        rule = (
+            next((r for r in tools.ask if asks(r, call.tool, call.input)), None) if tools else None
+        )
+        return replace(call, reason=f"{rule} is in the task's ask rules" if rule else None)
 
     async def _rulings(self) -> list[Mapping[str, Any]]:
         """A task with `ask` rules: the decisions made on its calls, for the run to apply."""

@@ -54,10 +54,12 @@ class PendingCall:
     call_id: str
     tool: str
     input: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    """Why it waits (the rule that asks), as the person deciding is shown it."""
 
     def asked(self, session_id: str | None) -> approvals.PendingCall:
         """As the complete reports it: the call, in the session a decision resumes."""
-        return approvals.PendingCall(self.call_id, self.tool, self.input, session_id)
+        return approvals.PendingCall(self.call_id, self.tool, self.input, session_id, self.reason)
 
 
 @dataclass(frozen=True, slots=True)
