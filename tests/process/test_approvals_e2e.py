@@ -75,6 +75,13 @@ def test_a_call_waits_for_a_person_with_its_slot_free_then_runs_once_approved(
     assert stack.output(asked) == "echo: made it"  # the command's output, in the answer
     assert len(made(stack, "approved.txt")) == 1
     assert done["session_id"] == approval["session_id"]  # the same session, resumed
+    # every tool call in the record: asked in the first run, approved in the second
+    shown = bloom(stack, "task", "show", asked, "--tools", "--json")
+    assert shown.returncode == 0, shown.stderr
+    details = [entry["detail"] for entry in json.loads(shown.stdout)]
+    command = "Bash: touch approved.txt && echo made it"
+    assert details[0] == f"{command} (asked)", details
+    assert details[1].startswith(f"{command} (approved by "), details
     again = bloom(stack, "approvals", "approve", approval["id"])
     assert again.returncode == 1
     assert "409" in again.stderr or "already" in again.stderr
@@ -90,6 +97,8 @@ def test_a_denial_reaches_the_agent_with_its_note(stack: Stack) -> None:
     assert done["status"] == "completed", stack.logs()[-4000:]
     assert made(stack, "denied.txt") == []
     assert "not on this box" in stack.output(asked)
+    shown = bloom(stack, "task", "show", asked, "--tools")
+    assert "Bash: touch denied.txt (denied by " in shown.stdout, shown.stdout
 
 
 def test_a_worker_killed_while_its_task_waits_loses_nothing(stack: Stack) -> None:

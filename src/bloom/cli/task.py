@@ -7,10 +7,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from bloom.cli import task_change
 from bloom.cli.output import fail, print_json
-from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out
+from bloom.cli.remote import DEFAULT_URL, JsonOption, UrlOption, call, err, out, when
 from bloom.clients.wire import ArtifactInfo, TaskInfo, answers
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.stall import (
@@ -345,10 +346,16 @@ def list_tasks(
 @app.command()
 def show(
     task_id: Annotated[str, typer.Argument(metavar="ID", help="The task's id.")],
+    tools: Annotated[
+        bool, typer.Option("--tools", help="Its tool calls, each with how it was decided.")
+    ] = False,
     json_output: JsonOption = False,
     url: UrlOption = DEFAULT_URL,
 ) -> None:
-    """A task's fields, its last error, and its answer."""
+    """A task's fields, its last error, and its answer (with --tools: its tool calls)."""
+    if tools:
+        show_tool_calls(task_id, json_output, url)
+        return
 
     async def fetch(client: "RuntimeClient") -> tuple[TaskInfo, list[ArtifactInfo], str | None]:
         task = await client.get_task(task_id)
@@ -365,6 +372,20 @@ def show(
     from bloom.cli.task_views import print_task
 
     print_task(out(), task, artifacts, content)
+
+
+def show_tool_calls(task_id: str, json_output: bool, url: str) -> None:
+    """Each tool call of the task's attempts, oldest first, as its audit entries keep them."""
+    entries = call(url, lambda client: client.audit(task_id=task_id, limit=1000))
+    calls = [entry for entry in reversed(entries) if entry.get("action") == "tool_call"]
+    if json_output:
+        print_json(calls)
+        return
+    if not calls:
+        out().print("no tool calls recorded")
+        return
+    for entry in calls:
+        out().print(f"{when(int(entry['timestamp']))}  {escape(str(entry.get('detail')))}")
 
 
 @app.command()

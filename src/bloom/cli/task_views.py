@@ -39,6 +39,21 @@ def task_table(tasks: list[TaskInfo]) -> Table:
     return table
 
 
+def _waits(task: TaskInfo) -> list[str]:
+    """What the task waits for, if anything: a budget, a person, a worker with its CLI, a
+    branch another task writes."""
+    said = [_hold_text(task.hold)] if task.hold is not None else []
+    if task.status == "awaiting_approval":
+        said.append(f"for a person: bloom approvals list --task {task.id}")
+    waiting = task.raw.get("waiting_for")
+    if isinstance(waiting, dict) and waiting.get("reason") == "no_worker_with_cli":
+        said.append(escape(f"no online worker has the {waiting.get('cli')} CLI"))
+    elif isinstance(waiting, dict):
+        writer, branch = waiting.get("task_id"), waiting.get("branch")
+        said.append(escape(f"task {writer} is writing branch {branch}"))
+    return said
+
+
 def print_task(
     console: Console, task: TaskInfo, artifacts: list[ArtifactInfo], content: str | None
 ) -> None:
@@ -71,15 +86,7 @@ def print_task(
     if task.workspace is not None:
         spec = task.workspace
         rows.append(("workspace", escape(f"{spec.repo} · {spec.branch}")))
-    if task.hold is not None:
-        rows.append(("waits", _hold_text(task.hold)))
-    waiting = task.raw.get("waiting_for")
-    if isinstance(waiting, dict) and waiting.get("reason") == "no_worker_with_cli":
-        cli = waiting.get("cli")
-        rows.append(("waits", escape(f"no online worker has the {cli} CLI")))
-    elif isinstance(waiting, dict):
-        writer, branch = waiting.get("task_id"), waiting.get("branch")
-        rows.append(("waits", escape(f"task {writer} is writing branch {branch}")))
+    rows += [("waits", reason) for reason in _waits(task)]
     if task.stall is not None:
         rows.append(("stalled", _stall_text(task.stall)))
     if task.not_before:

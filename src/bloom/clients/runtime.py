@@ -262,6 +262,13 @@ class RuntimeClient:
         path = f"/approvals/{quote(approval_id, safe='')}/decision"
         return await self._parsed(_object, "POST", path, body=body)
 
+    async def audit(
+        self, *, task_id: str | None = None, limit: int = 100
+    ) -> list[Mapping[str, Any]]:
+        """Audit entries, newest first (`GET /audit`), a task's only with `task_id`."""
+        params = {"limit": str(limit)} | ({"task_id": task_id} if task_id else {})
+        return await self._parsed(_list_of(_object), "GET", "/audit", params=params)
+
     async def decisions(self, task_id: str) -> list[Mapping[str, Any]]:
         """What the task's resumed run applies (`GET /llm-tasks/{id}/decisions`)."""
         found = await self._parsed(_object, "GET", f"/llm-tasks/{task_id}/decisions")

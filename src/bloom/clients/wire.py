@@ -15,6 +15,7 @@ from bloom.domain.approvals import PendingCall
 from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import LeaseStatus, ResultStatus, TaskStatus, WorkerStatus
+from bloom.domain.tool_calls import ToolCall
 from bloom.domain.tool_policy import ToolPolicy
 from bloom.domain.workspace import (
     PATCH_ARTIFACT,
@@ -269,6 +270,8 @@ class CompleteRequest:
     patch: str | None = None
     approval: PendingCall | None = None
     """With error code `approval_required`: the tool call the run stopped at."""
+    tool_calls: Sequence[ToolCall] = ()
+    """The attempt's tool calls, and how each was decided."""
     events: Sequence[Mapping[str, Any]] = ()
     """The attempt's last live output (`{type, data}`), stored with the complete."""
     claim_next: ClaimNext | None = None
@@ -293,6 +296,8 @@ class CompleteRequest:
             body["patch"] = self.patch
         if self.approval is not None:
             body["approval"] = self.approval.to_json()
+        if self.tool_calls:
+            body["tool_calls"] = [call.to_json() for call in self.tool_calls]
         if self.events:
             body["events"] = list(self.events)
         if self.claim_next is not None:

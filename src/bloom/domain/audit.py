@@ -58,6 +58,7 @@ class AuditAction(StrEnum):
     APPROVAL_APPROVED = "approval_approved"
     APPROVAL_DENIED = "approval_denied"
     APPROVAL_EXPIRED = "approval_expired"
+    TOOL_CALL = "tool_call"
 
 
 LOCKED_USERNAME = "username"

@@ -16,6 +16,7 @@ from bloom.domain.states import (
     TaskStatus,
     WorkerStatus,
 )
+from bloom.domain.tool_calls import ToolCall
 
 DEFAULT_CAPABILITIES: dict[str, Any] = {"claude_cli": True, "max_concurrency": 1, "labels": []}
 MAX_CLAIM_WAIT_SEC = 120
@@ -235,3 +236,5 @@ class Completion:
     """The change as `git format-patch` wrote it, kept as an artifact of type `patch`."""
     approval: PendingCall | None = None
     """The tool call the run stopped at, with error code `approval_required`."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The attempt's tool calls and how each was decided (each an audit entry)."""

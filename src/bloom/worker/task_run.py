@@ -44,6 +44,7 @@ from bloom.worker.decisions import applying
 from bloom.worker.outbox import FENCED, MAX_BATCH_BYTES, EventOutbox, LeaseLost
 from bloom.worker.prompt import build_prompt, resolve_hints
 from bloom.worker.settings import WorkerSettings
+from bloom.worker.tool_log import ToolLog
 from bloom.worker.workspace import Author, Prepared, WorkspaceFailed, Workspaces
 
 T = TypeVar("T")
@@ -155,6 +156,7 @@ class TaskRun:
         self.outbox = EventOutbox(client, self.task.id, self.lease.id, settings.name)
         self.workspaces = Workspaces(settings.workspaces_dir, Author(*settings.git_author_parts))
         self.cwd: Path | None = None
+        self.tool_log = ToolLog()
         self.rulings: list[Mapping[str, Any]] = []
         """The task's decisions on deferred calls (a task with `ask` rules; `decisions`)."""
         """The workspace's worktree, where the CLI runs (None: a directory of the task's own)."""
@@ -187,6 +189,8 @@ class TaskRun:
         report, outcome = attempted
         if outcome.pending is not None:
             outcome = replace(outcome, pending=self._asking(outcome.pending))
+        pending_id = outcome.pending.call_id if outcome.pending else None
+        outcome = replace(outcome, tool_calls=tuple(self.tool_log.record(self.rulings, pending_id)))
         if outcome.session_id and not report.timed_out:
             self.conversations.set(context, outcome.session_id)
         if outcome.error_code is ErrorCode.USAGE_LIMIT:
@@ -387,7 +391,7 @@ class TaskRun:
                 "resumed_session": resume,
             },
         )
-        process = AgentProcess(invocation, self._adapter().parser(), self.outbox.add, gate)
+        process = AgentProcess(invocation, self._adapter().parser(), self._event, gate)
         keeper = asyncio.create_task(self._keep_alive(process))
         run = asyncio.create_task(process.run())
         done, _ = await asyncio.wait({keeper, run}, return_when=asyncio.FIRST_COMPLETED)
@@ -397,6 +401,11 @@ class TaskRun:
             raise LeaseLost(str(keeper.exception()))
         keeper.cancel()
         return run.result()  # its last events go with the attempt's `finished` (`_report`)
+
+    async def _event(self, kind: str, data: Any) -> None:
+        """A run's event: on its way to the runtime, its tool calls noted."""
+        self.tool_log.saw(self._adapter().normalise(kind, data))
+        await self.outbox.add(kind, data)
 
     async def _keep_alive(self, process: AgentProcess) -> None:
         """Flush events often and renew the lease every `heartbeat_sec`; stop the CLI when the

@@ -40,6 +40,7 @@ from bloom.domain.policy import DEFAULT_TIMEOUT_SEC
 from bloom.domain.retry import ErrorCode
 from bloom.domain.stall import MAX_STALL_SEC, MIN_STALL_SEC, OnStall, stall_sec_problem
 from bloom.domain.states import ResultStatus, WorkerStatus
+from bloom.domain.tool_calls import MAX_CALLS, MAX_SUMMARY_CHARS, Ruled, ToolCall
 from bloom.domain.tool_policy import (
     MAX_APPROVAL_TIMEOUT_SEC,
     MAX_RULE_CHARS,
@@ -359,6 +360,20 @@ class DecisionBody(Body):
     )
 
 
+class ToolCallBody(Body):
+    """One tool call of the attempt, and how it was decided (docs/approvals.md)."""
+
+    id: StrictStr = Field(max_length=MAX_ID_CHARS)
+    name: StrictStr = Field(min_length=1, max_length=200)
+    summary: StrictStr = Field(max_length=MAX_SUMMARY_CHARS)
+    ruled: Ruled
+    decided_by: StrictStr | None = Field(None, max_length=200)
+    failed: StrictBool = False
+
+    def call(self) -> ToolCall:
+        return ToolCall(self.id, self.name, self.summary, self.ruled, self.decided_by, self.failed)
+
+
 class AttemptEndBody(Body):
     """An attempt's end, as a complete reports it."""
 
@@ -393,6 +408,13 @@ class AttemptEndBody(Body):
         None,
         description="With error_code `approval_required` (and only then): the tool call the run "
         "stopped at. The task waits in `awaiting_approval` for a person's decision.",
+    )
+
+    tool_calls: list[ToolCallBody] = Field(
+        default_factory=list,
+        max_length=MAX_CALLS,
+        description="The attempt's tool calls and how each was decided: each kept as an audit "
+        "entry (`tool_call`).",
     )
 
     @model_validator(mode="after")
@@ -442,6 +464,7 @@ class AttemptEndBody(Body):
             workspace=self.workspace,
             patch=self.patch or None,
             approval=self.approval.call() if self.approval else None,
+            tool_calls=tuple(call.call() for call in self.tool_calls),
         )
 
 

@@ -287,6 +287,7 @@ class AttemptService:
             or stored.patch is not None  # a workspace's end: a second artifact
             or completion.workspace is not None
             or completion.approval is not None  # an approval row too
+            or completion.tool_calls  # an audit entry each
         ):
             return None
         if completion.status == ResultStatus.SUCCESS and ending.lease_id is not None:
@@ -500,11 +501,10 @@ class AttemptService:
             )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
-        rows = list(ending.events)
-        if finished.status == TaskStatus.AWAITING_APPROVAL and completion.approval is not None:
-            approval = approvals.requested(task, lease, completion.approval, now)
-            await tx.approvals.insert(approval)
-            rows.append(("approval_requested", serialise_data(approval.to_json())))
+        rows = [
+            *ending.events,
+            *await _asked_and_called(tx, task, finished, lease, completion, now),
+        ]
         # Its dependents learn of its end in this same transaction (docs/graphs.md)
         before = len(tx.graphs.released) if finished.has_dependents else 0
         await graphs.ended(tx, finished, now, lease.worker_id)
@@ -698,6 +698,25 @@ class AttemptService:
         """One entry for the attempt's end (`_audit_entry`)."""
         moved = (task.id, task.status, task.not_before)
         await tx.audit.add(_audit_entry(moved, artifact, completion, lease.worker_id, now))
+
+
+async def _asked_and_called(
+    tx: Repositories, task: Task, finished: Task, lease: Lease, completion: Completion, now: int
+) -> list[Row]:
+    """An attempt's tool calls audited, one entry each, and the approval it asks for written
+    (docs/approvals.md); the event that says so, if it asks for one."""
+    for call in completion.tool_calls:
+        detail = call.detail()
+        await tx.audit.add(
+            task_audit(
+                AuditAction.TOOL_CALL, task.id, now=now, actor=lease.worker_id, detail=detail
+            )
+        )
+    if finished.status != TaskStatus.AWAITING_APPROVAL or completion.approval is None:
+        return []
+    approval = approvals.requested(task, lease, completion.approval, now)
+    await tx.approvals.insert(approval)
+    return [("approval_requested", serialise_data(approval.to_json()))]
 
 
 def _audit_entry(

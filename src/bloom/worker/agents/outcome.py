@@ -13,6 +13,7 @@ from bloom.clients.wire import CompleteRequest
 from bloom.domain import approvals
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
+from bloom.domain.tool_calls import ToolCall
 from bloom.domain.workspace import WorkspaceResult
 
 JSON_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
@@ -77,6 +78,8 @@ class Outcome:
     patch: str | None = None
     pending: PendingCall | None = None
     """Set when the run paused for a decision on this call (then `success` is False)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The run's tool calls and how each was decided (the worker's `ToolLog`)."""
 
     @property
     def kind(self) -> OutcomeKind:
@@ -102,6 +105,7 @@ class Outcome:
             workspace=self.workspace,
             patch=self.patch,
             approval=self.pending.asked(self.session_id) if self.pending else None,
+            tool_calls=self.tool_calls,
         )
 
 
