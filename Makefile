@@ -37,7 +37,7 @@ demo: install ## The same with the echo model standing in for Claude's API: no k
 
 # Two test processes (pytest-xdist), each file kept whole in one: most tests wait on servers,
 # not on the CPU. Each process starts its own PostgreSQL cluster and S3 server.
-test: install bytecode claude-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
+test: install bytecode claude-cli codex-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
 	$(RUN) pytest -n 2 --dist loadfile --cov --cov-report=term:skip-covered
 
 test-fast: install bytecode ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
@@ -47,6 +47,10 @@ claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched in
 	@$(RUN) bloom claude path >/dev/null 2>&1 \
 	  || { command -v npm >/dev/null && $(RUN) bloom claude install >/dev/null; } \
 	  || echo "No Claude CLI, and no npm to fetch it: the tests that run it will be skipped"
+
+codex-cli: install ## The pinned Codex CLI the tests run: found, or fetched into .cache/codex-cli with npm
+	@$(RUN) bloom agents install codex >/dev/null 2>&1 \
+	  || echo "No Codex CLI, and no npm to fetch it: the tests that run it will be skipped"
 
 lint: install ## ruff: lint and formatting
 	$(RUN) ruff check src tests
@@ -66,4 +70,4 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 clean: ## Remove local state and caches (not .venv)
 	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage
 
-.PHONY: help install bytecode run demo test test-fast claude-cli lint typecheck arch check bench clean
+.PHONY: help install bytecode run demo test test-fast claude-cli codex-cli lint typecheck arch check bench clean

@@ -76,6 +76,11 @@ class BloomGroup(LazyGroup):
         LazyCommand("user", "bloom.cli.access:users", "People who log in to the dashboard."),
         LazyCommand("claude", "bloom.cli.claude:app", "The Claude CLI the worker runs."),
         LazyCommand(
+            "agents",
+            "bloom.cli.agents:app",
+            "The agent CLIs the worker runs (claude, codex): list what is here, install one.",
+        ),
+        LazyCommand(
             "echo-model",
             "bloom.cli.echo_model:app",
             "A stand-in for the Anthropic API that echoes every prompt (demos and tests).",

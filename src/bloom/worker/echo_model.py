@@ -1,10 +1,12 @@
-"""A loopback stand-in for the Anthropic Messages API that answers every prompt with its echo.
+"""A loopback stand-in for the Anthropic Messages API (and OpenAI's Responses API, for the Codex
+CLI: `bloom.worker.echo_responses`) that answers every prompt with its echo.
 
 `bloom up --demo-model` points the worker's Claude CLI at it (`ANTHROPIC_BASE_URL`), so the whole
 pipeline can be seen working without an API key; the test suite uses it as the model, since the
 network is closed there. It speaks what the CLI needs: `POST /v1/messages`, streaming (SSE) or
 not, `POST /v1/messages/count_tokens`, and `/api/hello` (the reachability check it makes before
-each run). Every other path answers 404 in the API's error shape.
+each run); and what the Codex CLI needs, `POST /v1/responses` (streaming SSE). Every other
+path answers 404 in the API's error shape.
 
 The answer is `echo: <last user text>`. A prompt may carry directives in double brackets, which
 the tests use to script the model's behaviour; they are harmless in a demo:
@@ -291,6 +293,18 @@ class EchoModel:
         )
         yield _sse("message_stop", {"type": "message_stop"})
 
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's Responses API, as the Codex CLI calls it (`bloom.worker.echo_responses`)."""
+        from bloom.worker import echo_responses
+
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "invalid_request_error", "body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "invalid_request_error", "body must be an object")
+        return await echo_responses.responses(self, body)
+
     async def count_tokens(self, request: Request) -> Response:
         try:
             body = await request.json()
@@ -314,6 +328,7 @@ def create_app(model: EchoModel | None = None, git_root: Path | None = None) -> 
     routes = [
         Route("/v1/messages", model.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
+        Route("/v1/responses", model.responses, methods=["POST"]),
         Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
         Route("/_requests", model.seen, methods=["GET"]),
     ]

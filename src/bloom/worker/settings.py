@@ -90,6 +90,26 @@ class WorkerSettings(ListenerSettings):
         "secrets.",
     )
 
+    codex_bin: str | None = Field(
+        None,
+        validation_alias=_env("BLOOM_CODEX_BIN"),
+        description="The Codex CLI: a path, or a name on PATH; unset, `codex` on PATH, else the "
+        "pinned one in ./.cache/codex-cli (`bloom agents install codex`). Tasks with cli codex "
+        "go only to a worker that has it.",
+    )
+    codex_args: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("BLOOM_CODEX_ARGS"),
+        description="Extra arguments for every `codex exec`, as a JSON list, e.g. "
+        '["-c", "model=\\"gpt-5.1-codex\\""] (docs/agents.md).',
+    )
+    codex_env: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("BLOOM_CODEX_ENV"),
+        description="More of the worker's environment for the Codex CLI, beyond its allow-list "
+        "(CODEX_*, OPENAI_*): names, comma-separated, NAME_* for a prefix.",
+    )
+
     on_auth_failure: Literal["fail", "wait"] = Field(
         "fail",
         validation_alias=_env("BLOOM_WORKER_ON_AUTH_FAILURE"),
@@ -217,7 +237,7 @@ class WorkerSettings(ListenerSettings):
             )
         return value
 
-    @field_validator("claude_env", mode="before")
+    @field_validator("claude_env", "codex_env", mode="before")
     @classmethod
     def _claude_env(cls, value: object) -> object:
         return listed_patterns(value) if isinstance(value, str | list | tuple) else value

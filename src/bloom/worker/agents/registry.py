@@ -1,10 +1,14 @@
 """The agent CLIs this worker knows, each an adapter carrying the worker's settings for it."""
 
+import os
+
 from bloom.worker.agents.base import AgentCli
 from bloom.worker.agents.claude.adapter import ClaudeCli
+from bloom.worker.agents.codex import config as codex_config
+from bloom.worker.agents.codex.adapter import CodexCli
 from bloom.worker.settings import WorkerSettings
 
-ADAPTERS: dict[str, type[AgentCli]] = {ClaudeCli.name: ClaudeCli}
+ADAPTERS: dict[str, type[AgentCli]] = {ClaudeCli.name: ClaudeCli, CodexCli.name: CodexCli}
 """Every adapter there is, by the `cli` name a task gives."""
 
 
@@ -17,5 +21,11 @@ def adapters(settings: WorkerSettings) -> dict[str, AgentCli]:
             extra_args=tuple(settings.claude_args),
             listed_env=settings.claude_env,
             agent_dirs=project_agents,
-        )
+        ),
+        CodexCli.name: CodexCli(
+            binary=settings.codex_bin or "",
+            extra_args=tuple(settings.codex_args),
+            listed_env=settings.codex_env,
+            model=codex_config.setting("model", settings.codex_args, os.environ),
+        ),
     }

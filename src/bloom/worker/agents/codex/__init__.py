@@ -1,0 +1,1 @@
+"""The Codex CLI (`@openai/codex`) as an agent CLI: docs/agents.md."""
