@@ -6,14 +6,16 @@ for `claude` on PATH first, then in the cache (`./.cache/claude-cli`, or `BLOOM_
 and fetch it there with npm when asked to.
 """
 
-import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from bloom.worker.agents.npm import Package
+from bloom.worker.agents.npm import install as npm_install
+from bloom.worker.agents.npm import installed_version as npm_version
 
 PINNED_VERSION = "2.1.330"
 PACKAGE = "@anthropic-ai/claude-code"
@@ -21,6 +23,7 @@ CACHE_ENV = "BLOOM_CLAUDE_CACHE"
 BIN_ENV = ("BLOOM_CLAUDE_BIN", "CLAUDE_BIN")
 DEFAULT_CACHE_DIR = Path(".cache/claude-cli")
 APPROX_SIZE = "about 380 MB"
+NPM_PACKAGE = Package(PACKAGE, "Claude", APPROX_SIZE, "BLOOM_CLAUDE_BIN", "claude")
 
 _ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 _OS = {"linux": "linux", "darwin": "darwin"}
@@ -45,12 +48,7 @@ def platform_suffix() -> str | None:
 
 def installed_version(cache: Path) -> str | None:
     """The version of the package installed in `cache`, or None."""
-    manifest = cache / "node_modules" / PACKAGE / "package.json"
-    try:
-        version = json.loads(manifest.read_text()).get("version")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return version if isinstance(version, str) else None
+    return npm_version(cache, PACKAGE)
 
 
 def cached_binary(cache: Path, version: str = PINNED_VERSION) -> Path | None:
@@ -94,35 +92,9 @@ def install_claude(
     npm: str | None = None,
 ) -> Path:
     """Fetch the CLI into `cache` with npm (its output goes to our stderr); its binary's path."""
-    npm = npm or shutil.which("npm")
-    if npm is None:
-        raise ClaudeCliError(
-            "the Claude CLI is not installed and npm is not there to fetch it: install Node.js "
-            "18 or newer with npm (e.g. `apt-get install nodejs npm`, or https://nodejs.org), "
-            "or set BLOOM_CLAUDE_BIN to a claude binary"
-        )
-    cache.mkdir(parents=True, exist_ok=True)
-    echo(f"Fetching the Claude CLI {version} into {cache} with npm ({APPROX_SIZE}) …")
-    command = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache)]
-    try:
-        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
-            [*command, f"{PACKAGE}@{version}"], stdout=sys.stderr, check=False
-        )
-    except OSError as exc:
-        raise ClaudeCliError(f"could not run npm ({npm}): {exc}") from None
-    if done.returncode != 0:
-        raise ClaudeCliError(
-            f"npm install {PACKAGE}@{version} failed (exit status {done.returncode}); "
-            "see its output above, or set BLOOM_CLAUDE_BIN to a claude binary"
-        )
-    binary = cached_binary(cache, version)
-    if binary is None:
-        raise ClaudeCliError(
-            f"npm installed {PACKAGE}@{version} into {cache}, but no claude binary for this "
-            f"platform ({sys.platform}, {platform.machine()}) is there; set BLOOM_CLAUDE_BIN"
-        )
-    echo(f"Claude CLI {version} ready: {binary}")
-    return binary
+    return npm_install(
+        NPM_PACKAGE, cache, version, echo, located=cached_binary, failure=ClaudeCliError, npm=npm
+    )
 
 
 def ensure_claude(

@@ -7,14 +7,14 @@ which the launcher runs in its place (`execve`: signals reach the binary itself)
 `BLOOM_CODEX_CACHE`), and fetch it there with npm when asked to.
 """
 
-import json
 import os
-import platform
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from bloom.worker.agents.npm import Package
+from bloom.worker.agents.npm import install as npm_install
+from bloom.worker.agents.npm import installed_version as npm_version
 
 PINNED_VERSION = "0.171.0"
 PACKAGE = "@openai/codex"
@@ -22,6 +22,7 @@ CACHE_ENV = "BLOOM_CODEX_CACHE"
 BIN_ENV = "BLOOM_CODEX_BIN"
 DEFAULT_CACHE_DIR = Path(".cache/codex-cli")
 APPROX_SIZE = "about 420 MB"
+NPM_PACKAGE = Package(PACKAGE, "Codex", APPROX_SIZE, BIN_ENV, "codex")
 
 
 class CodexCliError(RuntimeError):
@@ -36,12 +37,7 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 def installed_version(cache: Path) -> str | None:
     """The version of the package installed in `cache`, or None."""
-    manifest = cache / "node_modules" / PACKAGE / "package.json"
-    try:
-        version = json.loads(manifest.read_text()).get("version")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return version if isinstance(version, str) else None
+    return npm_version(cache, PACKAGE)
 
 
 def cached_binary(cache: Path, version: str = PINNED_VERSION) -> Path | None:
@@ -81,33 +77,7 @@ def install_codex(
     version: str = PINNED_VERSION,
     npm: str | None = None,
 ) -> Path:
-    """Fetch the CLI into `cache` with npm (its output goes to our stderr); its launcher."""
-    npm = npm or shutil.which("npm")
-    if npm is None:
-        raise CodexCliError(
-            "the Codex CLI is not installed and npm is not there to fetch it: install Node.js "
-            "18 or newer with npm (e.g. `apt-get install nodejs npm`, or https://nodejs.org), "
-            "or set BLOOM_CODEX_BIN to a codex binary"
-        )
-    cache.mkdir(parents=True, exist_ok=True)
-    echo(f"Fetching the Codex CLI {version} into {cache} with npm ({APPROX_SIZE}) …")
-    command = [npm, "install", "--no-audit", "--no-fund", "--prefix", str(cache)]
-    try:
-        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
-            [*command, f"{PACKAGE}@{version}"], stdout=sys.stderr, check=False
-        )
-    except OSError as exc:
-        raise CodexCliError(f"could not run npm ({npm}): {exc}") from None
-    if done.returncode != 0:
-        raise CodexCliError(
-            f"npm install {PACKAGE}@{version} failed (exit status {done.returncode}); "
-            "see its output above, or set BLOOM_CODEX_BIN to a codex binary"
-        )
-    binary = cached_binary(cache, version)
-    if binary is None:
-        raise CodexCliError(
-            f"npm installed {PACKAGE}@{version} into {cache}, but no codex launcher for this "
-            f"platform ({sys.platform}, {platform.machine()}) is there; set BLOOM_CODEX_BIN"
-        )
-    echo(f"Codex CLI {version} ready: {binary}")
-    return binary
+    """Fetch the CLI into `cache` with npm (its output goes to our stderr); its binary's path."""
+    return npm_install(
+        NPM_PACKAGE, cache, version, echo, located=cached_binary, failure=CodexCliError, npm=npm
+    )
