@@ -1,15 +1,37 @@
-"""Agent CLIs shipped as npm packages: the version installed in a cache directory, and fetching a
-pinned version there (`bloom agents install`, `bloom claude install`). Each adapter's `install`
-module says which package, how big, and where its binary is in the package."""
+"""Agent CLIs shipped as npm packages: the version installed in a cache directory, fetching a
+pinned version there (`bloom agents install`, `bloom claude install`), and what a binary says
+its version is. Each adapter's `install` module says which package, how big, and where its
+binary is in the package."""
 
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
+VERSION_TIMEOUT_SEC = 10.0
+
+
+def version_of(binary: str | Path) -> str | None:
+    """What `<binary> --version` says its version is (blocking; no model is called)."""
+    try:
+        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT_SEC,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = VERSION.search(done.stdout) if done.returncode == 0 else None
+    return found.group(0) if found else None
 
 
 @dataclass(frozen=True, slots=True)

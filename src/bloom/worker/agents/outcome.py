@@ -109,6 +109,26 @@ class Outcome:
         )
 
 
+def answered(
+    text: Any, *, desired_format: str, session_id: str | None, metrics: dict[str, Any]
+) -> Outcome:
+    """A run's answer as its outcome: a success with the text (cut to fit), or, asked for JSON
+    and not JSON, an `invalid_output` failure."""
+    output = text if isinstance(text, str) else ""
+    if desired_format == "json":
+        parsed = json_output(output)
+        if parsed is None:
+            return Outcome(
+                success=False,
+                error_message="desired_format is json, but the output is not JSON",
+                error_code=ErrorCode.INVALID_OUTPUT,
+                session_id=session_id,
+                metrics=metrics,
+            )
+        output = parsed
+    return Outcome(success=True, output=fit_output(output), session_id=session_id, metrics=metrics)
+
+
 def json_output(text: str) -> str | None:
     """`text` as JSON text (a ```json fence removed), or None when it is not JSON."""
     stripped = text.strip()

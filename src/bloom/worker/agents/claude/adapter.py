@@ -2,9 +2,7 @@
 result event, its errors, its credentials, its npm package) behind the worker's boundary."""
 
 import json
-import re
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +15,11 @@ from bloom.worker.agents.claude import install as cli_install
 from bloom.worker.agents.claude import outcome as claude_outcome
 from bloom.worker.agents.claude.env import child_environment
 from bloom.worker.agents.claude.invocation import Invocation, claude_args, known_agent
+from bloom.worker.agents.npm import version_of
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_CONVERSATION = "No conversation found"
 """What the CLI says when the session it was to resume is not on this machine."""
-VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
-VERSION_TIMEOUT_SEC = 10.0
 UNKNOWN = "unknown"
 
 
@@ -48,23 +45,6 @@ def _native(binary: Path) -> bool:
     except OSError:
         return False
     return head in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
-
-
-def version_of(binary: str | Path) -> str | None:
-    """What `<binary> --version` says its version is (blocking; no model is called)."""
-    try:
-        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
-            [str(binary), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_SEC,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = VERSION.search(done.stdout) if done.returncode == 0 else None
-    return found.group(0) if found else None
 
 
 @dataclass(slots=True)

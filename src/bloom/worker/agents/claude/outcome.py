@@ -17,9 +17,8 @@ from bloom.worker.agents.outcome import (
     Outcome,
     PendingCall,
     RunReport,
+    answered,
     epoch_ms,
-    fit_output,
-    json_output,
 )
 
 USAGE_LIMIT = re.compile(r"usage limit reached(?:\|(\d{9,13}))?", re.IGNORECASE)
@@ -137,16 +136,9 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
         code, retry_at = classify_error(said)
         message = auth_failure_message(said) if code is ErrorCode.AUTH_FAILED else said
         return failed(code, message, retry_at)
-    text = result.get("result")
-    output = text if isinstance(text, str) else ""
-    if desired_format == "json":
-        parsed = json_output(output)
-        if parsed is None:
-            return failed(
-                ErrorCode.INVALID_OUTPUT, "desired_format is json, but the output is not JSON"
-            )
-        output = parsed
-    return Outcome(success=True, output=fit_output(output), session_id=session, metrics=metrics)
+    return answered(
+        result.get("result"), desired_format=desired_format, session_id=session, metrics=metrics
+    )
 
 
 def _paused(deferred: Any, session: str | None, metrics: dict[str, Any]) -> Outcome:

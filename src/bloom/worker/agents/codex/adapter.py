@@ -5,7 +5,6 @@ rules, ask rules, a turn limit) is refused (docs/agents.md)."""
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,9 @@ from bloom.worker.agents.codex import config, stream
 from bloom.worker.agents.codex import install as cli_install
 from bloom.worker.agents.codex import outcome as codex_outcome
 from bloom.worker.agents.codex.env import child_environment
+from bloom.worker.agents.npm import version_of
 from bloom.worker.agents.outcome import Outcome, RunReport
 
-VERSION = re.compile(r"\d+\.\d+\.\d+\S*")
-VERSION_TIMEOUT_SEC = 10.0
 NO_SESSION = re.compile(r"no rollout found for thread id|thread/resume failed", re.IGNORECASE)
 """What the CLI says when the session it was to resume is not in its home."""
 SANDBOX_SET = ("--sandbox", "-s", "--dangerously-bypass-approvals-and-sandbox", "--full-auto")
@@ -40,23 +38,6 @@ SANDBOX_OF_MODE = {
     "acceptEdits": "workspace-write",
 }
 """A task's permission mode as the CLI's sandbox (`bypassPermissions`: `BYPASS`)."""
-
-
-def version_of(binary: str | Path) -> str | None:
-    """What `<binary> --version` says its version is (blocking; no model is called)."""
-    try:
-        done = subprocess.run(  # noqa: S603 - our fixed argv, no shell
-            [str(binary), "--version"],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_TIMEOUT_SEC,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = VERSION.search(done.stdout) if done.returncode == 0 else None
-    return found.group(0) if found else None
 
 
 def refusal(tools: ToolPolicy | None) -> str | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from bloom.domain.retry import ErrorCode
 from bloom.domain.usage import MAX_MODEL_CHARS
-from bloom.worker.agents.outcome import ERROR_TAIL, Outcome, RunReport, fit_output, json_output
+from bloom.worker.agents.outcome import ERROR_TAIL, Outcome, RunReport, answered
 
 AUTH_FAILURE = re.compile(
     r"\b401\b|\b403 Forbidden|unauthori[sz]ed|invalid_api_key|incorrect api key"
@@ -158,13 +158,6 @@ def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outc
             said = f"Codex CLI exited with code {report.exit_code}: {said}"
         return failed(code, said, retry_at)
     assert result is not None
-    text = result.get("text")
-    output = text if isinstance(text, str) else ""
-    if desired_format == "json":
-        parsed = json_output(output)
-        if parsed is None:
-            return failed(
-                ErrorCode.INVALID_OUTPUT, "desired_format is json, but the output is not JSON"
-            )
-        output = parsed
-    return Outcome(success=True, output=fit_output(output), session_id=session_id, metrics=metrics)
+    return answered(
+        result.get("text"), desired_format=desired_format, session_id=session_id, metrics=metrics
+    )
