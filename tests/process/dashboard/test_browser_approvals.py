@@ -42,6 +42,12 @@ def test_an_approver_approves_from_the_page_and_the_task_finishes(
     assert stack.output(task_id) == "echo: approved-in-the-browser"
     expect(page.locator("#decided-rows")).to_contain_text("looks harmless")
     expect(card(page, "echo approved-in-the-browser")).to_have_count(0)
+    # every tool call in the record, on the task's page
+    page.goto(f"{stack.runtime.url}/tasks/{task_id}")
+    calls = page.locator("#tool-calls li")
+    expect(calls).to_have_count(2)
+    expect(calls.nth(0)).to_contain_text("Bash: echo approved-in-the-browser (asked)")
+    expect(calls.nth(1)).to_contain_text("Bash: echo approved-in-the-browser (approved by pat)")
 
 
 def test_a_denial_from_a_phone_reaches_the_agent_and_a_viewer_only_reads(

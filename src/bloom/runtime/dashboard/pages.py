@@ -183,7 +183,8 @@ async def task_page(request: Request, task_id: str, part: Part = None) -> HTMLRe
         "result_by_lease": {r.lease_id: r for r in results if r.lease_id},
         "artifacts": [(a, None if a.id in patches else await _inline(c, a)) for a in artifacts],
         "change": change_of(results, await _patch_text(c, results, patches)),
-        "timeline": list(reversed(timeline)),
+        "timeline": [e for e in reversed(timeline) if e.action != AuditAction.TOOL_CALL],
+        "tool_calls": [e for e in reversed(timeline) if e.action == AuditAction.TOOL_CALL],
         "can_cancel": task.status in LIVE,
         "can_requeue": task.status in (TaskStatus.FAILED, TaskStatus.DEAD),
         "graph": (
