@@ -128,6 +128,7 @@ def request_for(method: str, path: str, world: World) -> tuple[str, dict[str, An
         ("POST", f"{API}/llm-tasks/{{task_id}}/events"): lease
         | {"events": [{"type": "note", "data": {}}]},
         ("POST", f"{API}/config"): {"membridge_server_url": "http://127.0.0.1:9", "admin_key": "k"},
+        ("POST", f"{API}/llm-tasks/{{task_id}}/decisions"): lease,
         ("POST", f"{API}/approvals/{{approval_id}}/decision"): {"decision": "approve"},
     }
     if (method, path) == ("GET", f"{API}/llm-tasks/{{task_id}}/events"):
@@ -372,6 +373,7 @@ def test_the_policy_workers_touch_only_the_worker_protocol_and_viewers_only_read
         ("GET", f"{API}/llm-tasks/{{task_id}}/events"),
         ("GET", f"{API}/llm-tasks/{{task_id}}/workspace"),  # its own task's branch
         ("GET", f"{API}/llm-tasks/{{task_id}}/decisions"),  # its own task's approvals
+        ("POST", f"{API}/llm-tasks/{{task_id}}/decisions"),  # a run takes them
     }
     for (method, path), access in RULES.items():
         if method != "GET" and access is not Access.ADMIN and Role.WORKER not in access.value:

@@ -294,3 +294,29 @@ async def test_the_webhook_hears_of_each_call_signed_and_retried(
     assert sent["approval"]["id"] == approval["id"]
     assert sent["approval"]["summary"] == "Bash: git push origin main"
     assert sent["task_url"] == f"https://bloom.example/tasks/{approval['task_id']}"
+
+
+async def test_an_approval_is_taken_by_one_run_and_a_later_one_is_told_it_was_interrupted(
+    client: httpx.AsyncClient, clock: FakeClock
+) -> None:
+    task_id, approval = await parked(client)
+    await decide(client, approval["id"], decision="approve")
+    first = await claim(client, "w1")
+    assert first is not None
+    url = f"{API}/llm-tasks/{task_id}/decisions"
+    taken = await client.post(url, json={"lease_id": first["lease"]["id"]})
+    assert [r["decision"] for r in taken.json()["decisions"]] == ["approve"]
+    again = await client.post(url, json={"lease_id": first["lease"]["id"]})  # the same run
+    assert [r["decision"] for r in again.json()["decisions"]] == ["approve"]
+    # that run is lost (its lease lapses); the next run is not given the approval again
+    clock.advance(400)
+    await client.app.state.container.reaper.reap_once()  # type: ignore[attr-defined]
+    second = await claim(client, "w1")
+    assert second is not None
+    assert second["task"]["id"] == task_id
+    stale = await client.post(url, json={"lease_id": first["lease"]["id"]})
+    assert stale.status_code == 409
+    later = await client.post(url, json={"lease_id": second["lease"]["id"]})
+    (ruling,) = later.json()["decisions"]
+    assert ruling["decision"] == "deny"
+    assert "not run again without a new decision" in ruling["note"]

@@ -163,3 +163,22 @@ async def decide_over_mcp(stack: Stack, approval_id: str) -> dict[str, Any]:
         assert not answer.is_error, answer.content
         assert answer.structured_content is not None
         return dict(answer.structured_content)
+
+
+def test_a_worker_killed_while_the_approved_call_runs_does_not_run_it_again(
+    stack: Stack,
+) -> None:
+    worker = stack.add_worker("w1")
+    command = "echo once >> runs.txt && sleep 8 && echo finished"
+    asked = stack.submit("ask-8 " + shell(command), policy={"tools": {"ask": ["Bash"]}})
+    approval = pending(stack, asked)
+    assert bloom(stack, "approvals", "approve", approval["id"]).returncode == 0
+    stack.wait(asked, {"leased", "running"}, timeout=60)
+    wait_for(lambda: made(stack, "runs.txt"), 30, "the approved call started")
+    worker.kill(signal.SIGKILL)  # mid-call
+    worker.start()
+    done = stack.wait(asked, timeout=120)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    (runs,) = made(stack, "runs.txt")
+    assert runs.read_text() == "once\n"  # the call never ran a second time
+    assert "not run again without a new decision" in stack.output(asked)

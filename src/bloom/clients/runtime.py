@@ -269,9 +269,11 @@ class RuntimeClient:
         params = {"limit": str(limit)} | ({"task_id": task_id} if task_id else {})
         return await self._parsed(_list_of(_object), "GET", "/audit", params=params)
 
-    async def decisions(self, task_id: str) -> list[Mapping[str, Any]]:
-        """What the task's resumed run applies (`GET /llm-tasks/{id}/decisions`)."""
-        found = await self._parsed(_object, "GET", f"/llm-tasks/{task_id}/decisions")
+    async def decisions(self, task_id: str, lease_id: str) -> list[Mapping[str, Any]]:
+        """What the task's run of `lease_id` applies, taken by it (`POST
+        /llm-tasks/{id}/decisions`)."""
+        path = f"/llm-tasks/{task_id}/decisions"
+        found = await self._parsed(_object, "POST", path, body={"lease_id": lease_id})
         return [dict(ruling) for ruling in found.get("decisions") or []]
 
     async def create_task(self, body: Mapping[str, Any]) -> TaskInfo:

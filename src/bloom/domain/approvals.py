@@ -19,6 +19,11 @@ MAX_INPUT_BYTES = 64 * 1024
 MAX_REASON_CHARS = 1000
 TIMED_OUT_NOTE = "No decision came in time: denied (the task's on_timeout)"
 CANCELLED_NOTE = "The task was cancelled"
+INTERRUPTED_NOTE = (
+    "This call was approved once, and the run that took the approval stopped before it ended "
+    "(its worker was lost): the call may have run, or partly. It is not run again without a "
+    "new decision; ask again if it must run."
+)
 
 
 class ApprovalStatus(StrEnum):
@@ -75,6 +80,9 @@ class Approval:
     decided_at: int | None = None
     note: str | None = None
     remember: bool = False
+    applied_lease: str | None = None
+    """The lease of the run that took this decision (an approval is used once: a later run,
+    after that one was lost, is told the call was interrupted rather than run it again)."""
 
     def to_json(self) -> dict[str, Any]:
         """As the API answers it (and the `approval_requested` event carries it)."""
@@ -83,10 +91,19 @@ class Approval:
             "summary": summary(self.tool_name, self.tool_input),
         }
 
-    def ruling(self) -> dict[str, Any]:
+    def ruling(self, lease_id: str | None = None) -> dict[str, Any]:
         """What the worker applies when the session resumes: allow or deny this one call (or,
-        remembered, every call equal to it in the context), with the person's note."""
+        remembered, every call equal to it in the context), with the person's note. For the
+        run of `lease_id`: an approval another run took is a denial saying so."""
         allowed = self.status == ApprovalStatus.APPROVED
+        taken = (
+            lease_id is not None
+            and self.applied_lease is not None
+            and self.applied_lease != lease_id
+            and not self.remember
+        )
+        if allowed and taken:
+            return self.ruling() | {"decision": Decision.DENY, "note": INTERRUPTED_NOTE}
         return {
             "approval_id": self.id,
             "task_id": self.task_id,

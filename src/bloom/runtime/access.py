@@ -88,6 +88,7 @@ RULES: dict[tuple[str, str], Access] = {
     ("GET", f"{RT}/approvals/{{approval_id}}"): Access.READ,
     ("POST", f"{RT}/approvals/{{approval_id}}/decision"): Access.DECIDE,
     ("GET", f"{RT}/llm-tasks/{{task_id}}/decisions"): Access.READ_OR_WORKER,  # a worker: its own
+    ("POST", f"{RT}/llm-tasks/{{task_id}}/decisions"): Access.WORKER,  # a run takes them
     ("GET", f"{RT}/tool-policies"): Access.READ,
     ("GET", f"{RT}/tool-policies/{{project}}"): Access.READ,
     ("PUT", f"{RT}/tool-policies/{{project}}"): Access.ADMIN,

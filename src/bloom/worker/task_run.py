@@ -309,7 +309,7 @@ class TaskRun:
         if tools is None or not tools.ask:
             return []
         try:
-            return await self.client.decisions(self.task.id)
+            return await self.client.decisions(self.task.id, self.lease.id)
         except (RuntimeApiError, RuntimeUnreachable) as exc:
             raise DecisionsUnread(str(exc)) from None
 

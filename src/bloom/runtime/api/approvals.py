@@ -7,13 +7,17 @@ from fastapi import APIRouter, Path, Query
 
 from bloom.domain.identity import Role
 from bloom.runtime.api.deps import Approvals, Caller
-from bloom.runtime.api.schemas import MAX_ID_CHARS, DecisionBody
+from bloom.runtime.api.schemas import MAX_ID_CHARS, Body, DecisionBody, Id
 from bloom.runtime.http import JSON
 from bloom.runtime.services.approvals import LIST_LIMIT
 
 router = APIRouter(prefix="/api/runtime", tags=["approvals"])
 
 ApprovalId = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+class TakeDecisionsBody(Body):
+    lease_id: Id
 
 
 @router.get("/approvals", summary="Tool calls waiting for a person, and those decided")
@@ -44,6 +48,21 @@ async def decide_approval(
         approval_id, body.decision, actor=caller.name, note=body.note, remember=body.remember
     )
     return JSON(decided.to_json())
+
+
+@router.post(
+    "/llm-tasks/{task_id}/decisions",
+    summary="A run takes the decisions it applies (its worker, naming its lease)",
+)
+async def take_decisions(
+    task_id: ApprovalId, body: TakeDecisionsBody, approvals: Approvals, caller: Caller
+) -> JSON:
+    """The decisions no run took yet are taken by this run's lease: an approval is used once
+    (a later run, after this one was lost, is told the call was interrupted). 409 when the
+    lease is not the task's current one."""
+    worker = caller.worker_id if caller.role is Role.WORKER else None
+    rulings = await approvals.rulings(task_id, worker_id=worker, lease_id=body.lease_id)
+    return JSON({"task_id": task_id, "decisions": rulings})
 
 
 @router.get(

@@ -93,17 +93,25 @@ class ApprovalService:
         async with self.db.read() as tx:
             return await tx.approvals.pending_count()
 
-    async def rulings(self, task_id: str, *, worker_id: str | None) -> list[dict[str, Any]]:
+    async def rulings(
+        self, task_id: str, *, worker_id: str | None, lease_id: str | None = None
+    ) -> list[dict[str, Any]]:
         """What the task's next run applies: its decided calls, and those approved to be
-        remembered in its context. A worker reads them for its own task only."""
-        async with self.db.read() as tx:
+        remembered in its context. A worker reads them for its own task only. With `lease_id`
+        (the run's, the task's current lease), the decisions no run took yet are taken by this
+        one: an approval is used once."""
+        async with self.db.write() if lease_id else self.db.read() as tx:
             task = await tx.tasks.get(task_id)
             if task is None:
                 raise NotFound("Task not found")
             if worker_id is not None and task.worker_id != worker_id:
                 raise Forbidden("A worker key reads the decisions of its own tasks only")
+            if lease_id is not None:
+                if task.lease_id != lease_id:
+                    raise Conflict(f"Lease {lease_id} is not the task's current lease")
+                await tx.approvals.take(task.id, lease_id)
             found = await tx.approvals.rulings(task.id, task.context_id, RULINGS_LIMIT)
-        return [approval.ruling() for approval in found]
+        return [approval.ruling(lease_id) for approval in found]
 
     async def decide(
         self,

@@ -365,6 +365,7 @@ approvals = Table(
     Column("decided_at", BigInteger),
     Column("note", Text),
     Column("remember", Boolean, nullable=False, server_default=false()),
+    Column("applied_lease", String),  # the run that took the decision (used once)
     # its webhook delivery (docs/approvals.md): when to try (NULL: delivered, or given up)
     Column("notify_at", BigInteger),
     Column("notify_attempts", Integer, nullable=False, server_default="0"),

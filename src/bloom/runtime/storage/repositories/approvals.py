@@ -59,6 +59,15 @@ _NOTIFY_LATER = (
     .where(a.c.id == bindparam("b_id"))
     .values(notify_at=bindparam("b_at"), notify_attempts=bindparam("b_attempts"))
 )
+_TAKE = (
+    update(a)
+    .where(
+        a.c.task_id == bindparam("b_task"),
+        a.c.status != PENDING,
+        a.c.applied_lease.is_(None),
+    )
+    .values(applied_lease=bindparam("b_lease"))
+)
 _PENDING_COUNT = select(func.count()).select_from(a).where(a.c.status == PENDING)
 # What a resumed run applies: the task's decided calls (approved, denied, or expired: denied),
 # and calls approved to be remembered in its context (any task of it).
@@ -158,6 +167,10 @@ class ApprovalRepository(Repository):
 
     async def pending_count(self) -> int:
         return int(await self.scalar(_PENDING_COUNT) or 0)
+
+    async def take(self, task_id: str, lease_id: str) -> None:
+        """The task's decisions not yet taken by a run, taken by the run of `lease_id`."""
+        await self.run(_TAKE, {"b_task": task_id, "b_lease": lease_id})
 
     async def rulings(self, task_id: str, context_id: str, limit: int) -> list[Approval]:
         rows = await self.run(

@@ -47,6 +47,7 @@ def upgrade() -> None:
         sa.Column("decided_at", sa.BigInteger(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.Column("remember", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("applied_lease", sa.String(), nullable=True),
         sa.Column("notify_at", sa.BigInteger(), nullable=True),
         sa.Column("notify_attempts", sa.Integer(), server_default="0", nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_approvals"),
