@@ -66,7 +66,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # a task waiting for a decision can only wait in the queue (its run asks again)
     op.execute("UPDATE llm_tasks SET status = 'queued' WHERE status = 'awaiting_approval'")
+    if op.get_bind().dialect.name == "postgresql":
+        # the counting trigger is deferred to the commit, and PostgreSQL alters no table with
+        # trigger events pending: counted now, with the function that knows the status
+        op.execute("SET CONSTRAINTS task_counts_on_update IMMEDIATE")
+        op.execute("SET CONSTRAINTS task_counts_on_update DEFERRED")
     recount(BEFORE)
     # ALTER TABLE DROP COLUMN (SQLite 3.35 and later): no rebuild, which the triggers on
     # leases (they update task_counts) would not survive
