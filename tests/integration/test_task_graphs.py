@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bloom.domain.graph import MAX_DEPENDENCIES
+from bloom.domain.graph import MAX_BATCH_DEPENDENCIES, MAX_DEPENDENCIES
 from tests.support.api import API, claim, create_task, failure, register_worker, success
 
 
@@ -390,3 +390,58 @@ async def test_the_task_page_shows_the_graph_around_a_task(client: httpx.AsyncCl
     assert blocked_list.status_code == 200
     plain = await client.get(f"/tasks/{(await create_task(client))['id']}")
     assert 'id="task-graph"' not in plain.text
+
+
+async def test_a_graph_of_1000_tasks_is_made_in_one_call(client: httpx.AsyncClient) -> None:
+    """The batch's bound: a root, 998 tasks after it in chains of ten, and a fan-in of the 998,
+    all in one all-or-nothing call well under the body limit (BLOOM_MAX_BODY_BYTES, 5 MiB)."""
+    middle = [f"m{i}" for i in range(998)]
+    tasks = [task("root", "root")]
+    for i, ref in enumerate(middle):
+        tasks.append(task(ref, ref, "root", *([middle[i - 1]] if i % 10 else [])))
+    tasks.append(task("sink", "sink", *middle))
+    body = {"tasks": tasks}
+    assert len(httpx.Request("POST", "/", json=body).content) < 1024 * 1024
+    made = await batch(client, *tasks)
+    assert len(made) == 1_000
+    assert [t["prompt"] for t in made] == [t["prompt"] for t in tasks]  # answered in order
+    assert made[0]["status"] == "queued"
+    assert {t["status"] for t in made[1:]} == {"blocked"}
+    assert [t["waiting_on"] for t in made[1:4]] == [1, 2, 2]
+    assert (made[-1]["dependencies"], made[-1]["waiting_on"]) == (998, 998)
+    counts = (await client.get(f"{API}/stats")).json()["tasks"]["by_status"]
+    assert counts == {"queued": 1, "blocked": 999}
+    graph = (await client.get(f"{API}/llm-tasks/{made[-1]['id']}/graph")).json()
+    assert [node["ref"] for node in graph["upstream"]] == middle
+    root = (await client.get(f"{API}/llm-tasks/{made[0]['id']}/graph")).json()
+    assert len(root["downstream"]) == 998
+
+    await register_worker(client, "w1")
+    await run(client, "w1")  # the root: the 100 heads of the chains are released at once
+    queued = await client.get(f"{API}/llm-tasks", params={"status": "queued"})
+    assert {t["prompt"] for t in queued.json()} == {f"m{i}" for i in range(0, 998, 10)}
+
+    too_many = await client.post(
+        f"{API}/llm-tasks/batch", json={"tasks": [task(f"x{i}") for i in range(1_001)]}
+    )
+    assert too_many.status_code == 400
+
+
+async def test_a_batch_takes_up_to_50000_dependencies_in_all(client: httpx.AsyncClient) -> None:
+    """500 tasks and 100 fan-ins of all 500: 50,000 edges in one call (on PostgreSQL more
+    arguments than one statement takes: they go in by executemany); one more is refused."""
+    roots = [task(f"r{i}", f"r{i}") for i in range(500)]
+    refs = [root["ref"] for root in roots]
+    fan_ins = [task(f"f{i}", f"f{i}", *refs) for i in range(100)]
+    assert sum(len(t["depends_on"]) for t in fan_ins) == MAX_BATCH_DEPENDENCIES
+    made = await batch(client, *roots, *fan_ins)
+    assert {(t["waiting_on"], t["status"]) for t in made[500:]} == {(500, "blocked")}
+    graph = (await client.get(f"{API}/llm-tasks/{made[0]['id']}/graph")).json()
+    assert len(graph["downstream"]) == 100
+    one_more = [*roots, *fan_ins, task("x", "x", "r0")]
+    for item in one_more:
+        item["context_id"] += "-again"
+    refusal = await refused(client, "/llm-tasks/batch", {"tasks": one_more})
+    assert "50001 dependencies" in refusal["fieldErrors"]["tasks"][0]
+    stats = (await client.get(f"{API}/stats")).json()["tasks"]["by_status"]
+    assert stats == {"queued": 500, "blocked": 100}

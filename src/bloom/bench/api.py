@@ -88,6 +88,28 @@ class RuntimeApi:
             return []
         return [str(task["id"]) for task in response.json()["tasks"]]
 
+    async def create_fan_in(self, run_id: str, dependencies: int) -> tuple[list[str], str]:
+        """Queue a fan-in in one batch: `dependencies` tasks and one that waits for them all
+        (docs/graphs.md); (their ids, its id), or ([], "") on an error."""
+        tasks: list[dict[str, Any]] = [
+            {"context_id": f"{run_id}-{n}", "agent_slug": TASK_AGENT, "prompt": TASK_PROMPT,
+             "ref": f"d{n}"}
+            for n in range(dependencies)
+        ]  # fmt: skip
+        tasks.append(
+            {
+                "context_id": f"{run_id}-sink",
+                "agent_slug": TASK_AGENT,
+                "prompt": TASK_PROMPT,
+                "depends_on": [f"d{n}" for n in range(dependencies)],
+            }
+        )
+        response = await self.conn.request("POST", f"{API}/llm-tasks/batch", {"tasks": tasks})
+        if not self._ok("create fan-in", response):
+            return [], ""
+        ids = [str(task["id"]) for task in response.json()["tasks"]]
+        return ids[:-1], ids[-1]
+
     async def claim(self, worker: str, wait_seconds: float) -> Claim | None:
         """Long-poll for a task: the claim, or None when none came (204) or on an error."""
         body = {"wait_seconds": wait_seconds}

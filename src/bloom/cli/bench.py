@@ -15,6 +15,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from bloom.bench import dashboard as dashboard_mode
 from bloom.bench import drain as drain_mode
 from bloom.bench import fleet as fleet_mode
+from bloom.bench import graph as graph_mode
 from bloom.bench import soak as soak_mode
 from bloom.bench import worker_overhead as overhead_mode
 from bloom.bench.http import HttpClientError
@@ -141,6 +142,17 @@ def bench(
             "holds and claims up to this many (POST /workers/{id}/complete).",
         ),
     ] = 1,
+    graph: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=graph_mode.MAX_DEPENDENCIES,
+            help="Graph mode: --rounds times, a fan-in of this many dependencies made in one "
+            "batch and drained by --workers simulated workers, against a server of the bench's "
+            "own: how soon the dependent is granted after its last dependency's complete.",
+        ),
+    ] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Graph mode: fan-ins drained.")] = 10,
     interval: Annotated[
         float, typer.Option(min=0, help="Fleet mode: seconds between two creates.")
     ] = 0.1,
@@ -178,6 +190,8 @@ def bench(
     Drain mode (--drain 3000 [--batch 4]): a full queue emptied with one call per task (or
     per batch); tasks/s.
 
+    Graph mode (--graph 500 [--rounds 10]): fan-ins drained; the dependent's release latency.
+
     Worker-overhead mode (--worker-overhead 50): a real worker's own cost per task.
 
     Without --url it starts its own `bloom runtime serve`, and stops it afterwards.
@@ -188,8 +202,7 @@ def bench(
     if batch != 1 and drain is None:
         raise typer.BadParameter("--batch goes with --drain")
     if dashboard is not None:
-        if url or depth:
-            raise typer.BadParameter("--dashboard runs in-process: no --url, no --depth")
+        _in_process("--dashboard", url=url, depth=depth)
         _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
         return
     if worker_overhead is not None:
@@ -218,6 +231,14 @@ def bench(
         err.print(f"fleet: {fleet} workers registering and waiting", highlight=False)
         fleet_report = _own_server(fleet_mode.run_fleet(fleet_options), err)
         _finish(fleet_report, fleet_mode.as_json, fleet_mode.render, json_output, fleet_report.safe)
+        return
+    if graph is not None:
+        _alone("--graph", url=url, depth=depth, soak=soak, drain=drain)
+        _graph(
+            graph_mode.GraphOptions(graph, rounds, workers, database_url, server_workers),
+            err,
+            json_output,
+        )
         return
     if drain is not None:
         _alone("--drain", url=url, depth=depth, soak=soak)
@@ -263,6 +284,18 @@ def bench(
     report = result.cycle or result.depth
     if report is not None and report.errors:
         raise typer.Exit(1)
+
+
+def _graph(options: graph_mode.GraphOptions, err: Console, json_output: bool) -> None:
+    err.print(f"graph: {options.rounds} fan-ins of {options.dependencies}", highlight=False)
+    graphed = _own_server(graph_mode.run_graph(options), err)
+    _finish(graphed, graph_mode.as_json, graph_mode.render, json_output, graphed.safe)
+
+
+def _in_process(mode: str, **others: object) -> None:
+    """Refuse a mode that runs in-process beside a server's options (`others`)."""
+    if any(others.values()):
+        raise typer.BadParameter(f"{mode} runs in-process: no --url, no --depth")
 
 
 def _alone(mode: str, **others: object) -> None:

@@ -30,6 +30,11 @@ Appended = tuple[Table, dict[str, Any]]
 _REQUIRED = object()
 MAX_APPEND_SHAPES = 512
 """Combined inserts kept compiled (`Planner.appends`); others are built each time."""
+MAX_COMBINED_ROWS = 1_000
+MAX_COMBINED_ARGS = 30_000
+"""The most rows, and arguments, one combined insert takes (asyncpg refuses more than 32,767
+arguments, and compiling a statement of thousands of rows costs a second): more go in by
+`executemany`, per table (a 1,000-task batch's audit entries and edges)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,13 @@ def _combined_insert(
     return last.add_cte(*(each.cte(f"a{g}") for g, each in enumerate(first))) if first else last
 
 
+def _combinable(rows: list[Appended]) -> bool:
+    """Few enough rows (and values) for one combined insert."""
+    return len(rows) <= MAX_COMBINED_ROWS and sum(map(len, (v for _, v in rows))) <= (
+        MAX_COMBINED_ARGS
+    )
+
+
 class Connection:
     """One connection, as repositories use it: run a statement, get mappings back.
 
@@ -228,11 +240,26 @@ class Connection:
         if not rows:
             return
         self._appended, self._appended_to = [], set()
-        if self.kind == "postgresql":
+        if self.kind == "postgresql" and _combinable(rows):
             await self._send(*self.planner.appends(rows))
             return
-        for table, values in rows:
-            await self._run(self.planner.insert_of(table), values)
+        # Many rows (a big batch's edges), or SQLite: table by table, each one's rows in order,
+        # each run of alike rows one executemany (asyncpg pipelines it: one round trip)
+        by_table: dict[str, list[Appended]] = {}
+        for row in rows:
+            by_table.setdefault(row[0].name, []).append(row)
+        for same_table in by_table.values():
+            table = same_table[0][0]
+            start = 0
+            while start < len(same_table):
+                keys = same_table[start][1].keys()
+                end = start + 1
+                while end < len(same_table) and same_table[end][1].keys() == keys:
+                    end += 1
+                plan = self.planner.plan(self.planner.insert_of(table), frozenset(keys))
+                args = [plan.args(values) for _, values in same_table[start:end]]
+                await self.conn.executemany(plan.sql, args)
+                start = end
 
     async def execute(
         self, statement: Executable, params: Mapping[str, Any] | None = None

@@ -10,6 +10,9 @@ from enum import StrEnum
 
 MAX_DEPENDENCIES = 1_000
 """The most tasks one task may depend on."""
+MAX_BATCH_DEPENDENCIES = 50_000
+"""The most dependencies the tasks of one batch name together (1,000 tasks with 50 each, or 50
+fan-ins of 1,000): a batch is one transaction, and 50,000 edges take it about 2 s."""
 MAX_ANSWER_CHARS = 64 * 1024
 """Of each dependency's answer, at most this much is passed on (the rest is cut, and said)."""
 MAX_ANSWERS_CHARS = 256 * 1024
@@ -70,6 +73,12 @@ def plan(tasks: Sequence[Planned], *, field_of: str = "tasks.{index}.") -> Edges
                 f'ref "{task.ref}" is used twice in the batch (tasks {refs[task.ref]} and {index})',
             )
         refs[task.ref] = index
+    total = sum(len(task.depends_on) for task in tasks)
+    if total > MAX_BATCH_DEPENDENCIES:
+        raise GraphProblem(
+            field_of.format(index="").rstrip(".") or "depends_on",
+            f"{total} dependencies in the batch: at most {MAX_BATCH_DEPENDENCIES} are allowed",
+        )
     in_batch: list[list[int]] = []
     existing: list[list[str]] = []
     for index, task in enumerate(tasks):
@@ -139,12 +148,20 @@ class Answer:
     status: str
     output: str | None
     error: str | None = None
+    read_short: bool = False
+    """Only the output's first characters were read (`MAX_ANSWER_CHARS` + 1): it is longer
+    still, by an amount not known here."""
 
 
-def _cut(text: str, limit: int) -> str:
+def _cut(text: str, limit: int, longer: bool = False) -> str:
     if len(text) <= limit:
         return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    more = len(text) - limit
+    return text[:limit] + (
+        f"\n[... at least {more} more characters cut]"
+        if longer
+        else f"\n[... {more} more characters cut]"
+    )
 
 
 def _attribute(value: str) -> str:
@@ -171,9 +188,14 @@ def compose(prompt: str, answers: Sequence[Answer]) -> str:
             body = f"This dependency did not complete ({answer.status})" + (
                 f": {answer.error}" if answer.error else "."
             )
+        longer = answer.read_short and answer.status == "completed"
         limit = min(MAX_ANSWER_CHARS, left)
-        body = _cut(body, limit) if limit > 0 else f"[{len(body)} characters cut: limit reached]"
-        left = max(0, left - min(len(body), limit))
+        used = min(len(body), limit)
+        if limit > 0:
+            body = _cut(body, limit, longer)
+        else:
+            body = f"[{'at least ' if longer else ''}{len(body)} characters cut: limit reached]"
+        left -= used
         blocks.append(f"<dependency {attrs}>\n{body}\n</dependency>")
     return "\n\n".join(
         [

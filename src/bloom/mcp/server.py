@@ -153,7 +153,7 @@ class Tools:
         self,
         tasks: Annotated[
             list[GraphTask],
-            Field(min_length=1, max_length=100, description="The graph's tasks, in one batch."),
+            Field(min_length=1, max_length=1_000, description="The graph's tasks, in one batch."),
         ],
     ) -> list[dict[str, Any]]:
         """Queue a whole graph of tasks in one call, all or none: give each a `ref`, and name

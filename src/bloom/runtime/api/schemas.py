@@ -75,7 +75,11 @@ MAX_ID_CHARS = 200
 MAX_PROMPT_CHARS = 200_000
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 MAX_BIGINT = 2**63 - 1
-MAX_BATCH_TASKS = 100
+MAX_BATCH_TASKS = 1_000
+"""`POST /llm-tasks/batch`: a whole graph of 1,000 tasks in one all-or-nothing call (each item
+then has about 5 KiB of the 5 MiB body limit, `BLOOM_MAX_BODY_BYTES`: docs/graphs.md)."""
+MAX_BATCH_ENDS = 100
+"""`POST /workers/{id}/complete`: attempts ended in one call."""
 MAX_CLAIM_TASKS = 32
 """A worker has at most 32 slots (`max_concurrency`)."""
 Id = Annotated[StrictStr, Field(min_length=1, max_length=MAX_ID_CHARS)]
@@ -514,7 +518,7 @@ class ClaimNextBody(ClaimBody):
 
 
 class CompleteManyBody(Body):
-    completes: list[AttemptEndItem] = Field(min_length=1, max_length=MAX_BATCH_TASKS)
+    completes: list[AttemptEndItem] = Field(min_length=1, max_length=MAX_BATCH_ENDS)
     claim_next: ClaimNextBody | None = Field(
         None,
         description="Once recorded, claim up to `max_tasks` of the worker's next tasks, "

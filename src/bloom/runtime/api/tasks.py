@@ -51,7 +51,7 @@ async def create_task(
     status_code=201,
     response_model=TasksCreated,
     responses={200: {"description": "Every idempotency key was known: no task created"}},
-    summary="Queue up to 100 tasks in one transaction (all or none), in order",
+    summary="Queue up to 1,000 tasks in one transaction (all or none), in order",
 )
 async def create_tasks(body: CreateTasksBody, tasks: Tasks, caller: Caller) -> JSON:
     done = await tasks.create_many([item.new_task() for item in body.tasks], caller.actor)

@@ -272,7 +272,8 @@ class GraphRepository(Repository):
 
     async def answers(self, task_id: str, chars: int) -> list[Answer]:
         """What each of `task_id`'s dependencies left for it, in the order it named them: the
-        first `chars` characters of its newest successful result's output."""
+        first `chars` characters of its newest successful result's output (`read_short` when
+        there may be more)."""
         rows = await self.run(_ANSWERS, {"b_id": task_id, "b_chars": chars})
         return [
             Answer(
@@ -281,6 +282,7 @@ class GraphRepository(Repository):
                 status=row["status"],
                 output=row["output"],
                 error=row["error"],
+                read_short=row["output"] is not None and len(row["output"]) >= chars,
             )
             for row in rows
         ]

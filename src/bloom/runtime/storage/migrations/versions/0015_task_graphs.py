@@ -69,8 +69,17 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # blocked tasks have no status to go back to but queued (their dependencies forgotten)
-    op.execute("UPDATE llm_tasks SET status = 'queued' WHERE status = 'blocked'")
+    # blocked tasks have no status to go back to but queued (their dependencies forgotten),
+    # claimable as queued since their last change (a blocked task has no queued_at)
+    op.execute(
+        "UPDATE llm_tasks SET status = 'queued', queued_at = COALESCE(queued_at, updated_at) "
+        "WHERE status = 'blocked'"
+    )
+    if op.get_bind().dialect.name == "postgresql":
+        # the counting trigger is deferred to the commit, and PostgreSQL alters no table with
+        # trigger events pending: counted now, with the function that knows `blocked`
+        op.execute("SET CONSTRAINTS task_counts_on_update IMMEDIATE")
+        op.execute("SET CONSTRAINTS task_counts_on_update DEFERRED")
     recount(BEFORE)
     op.drop_column("task_counts", "blocked")
     op.drop_index("ix_task_dependencies_depends_on", "task_dependencies")

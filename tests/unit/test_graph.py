@@ -1,0 +1,277 @@
+"""Task graphs, the pure part (`domain/graph.py`): a batch's dependencies resolved and refused
+(refs, names twice, bounds, cycles, each naming its field), and the answers' blocks put before a
+dependent's prompt with their cuts (each answer, all of them, never silently)."""
+
+import itertools
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bloom.domain.graph import (
+    MAX_ANSWER_CHARS,
+    MAX_ANSWERS_CHARS,
+    MAX_BATCH_DEPENDENCIES,
+    MAX_DEPENDENCIES,
+    Answer,
+    GraphProblem,
+    Planned,
+    compose,
+    plan,
+)
+
+
+def refused(tasks: list[Planned], **options: str) -> GraphProblem:
+    with pytest.raises(GraphProblem) as caught:
+        plan(tasks, **options)
+    return caught.value
+
+
+# --- plan: refs, names, bounds --------------------------------------------------------------
+
+
+def test_refs_resolve_to_batch_indexes_and_other_names_to_existing_ids() -> None:
+    edges = plan(
+        [
+            Planned("review", ["left", "right", "0190-old"]),  # named before they come
+            Planned("left", ["plan"]),
+            Planned("right", ["plan"]),
+            Planned("plan", []),
+            Planned(None, ["0190-other"]),
+        ]
+    )
+    assert edges.in_batch == [[1, 2], [3], [3], [], []]
+    assert edges.existing == [["0190-old"], [], [], [], ["0190-other"]]
+    assert edges.existing_ids() == {"0190-old", "0190-other"}
+
+
+def test_a_ref_used_twice_names_the_second() -> None:
+    problem = refused([Planned("a", []), Planned("b", []), Planned("a", [])])
+    assert problem.field == "tasks.2.ref"
+    assert "tasks 0 and 2" in problem.message
+
+
+def test_a_name_given_twice_and_a_task_naming_itself_are_refused() -> None:
+    twice = refused([Planned("a", []), Planned("b", ["a", "a"])])
+    assert (twice.field, twice.message) == ("tasks.1.depends_on", '"a" is named twice')
+    itself = refused([Planned("a", ["a"])])
+    assert itself.field == "tasks.0.depends_on"
+    assert "itself" in itself.message
+
+
+def test_a_single_create_names_its_own_field() -> None:
+    problem = refused([Planned(None, ["x", "x"])], field_of="")
+    assert problem.field == "depends_on"
+
+
+def test_the_bound_on_one_task_s_dependencies_is_inclusive() -> None:
+    names = [f"t{i}" for i in range(MAX_DEPENDENCIES)]
+    assert len(plan([Planned(None, names)]).existing[0]) == MAX_DEPENDENCIES
+    problem = refused([Planned("a", []), Planned(None, [*names, "one-more"])])
+    assert problem.field == "tasks.1.depends_on"
+    assert f"{MAX_DEPENDENCIES + 1} dependencies" in problem.message
+
+
+def test_the_bound_on_a_batch_s_dependencies_in_all() -> None:
+    each = MAX_BATCH_DEPENDENCIES // MAX_DEPENDENCIES
+    names = [f"t{i}" for i in range(MAX_DEPENDENCIES)]
+    at_bound = [Planned(None, names) for _ in range(each)]
+    assert len(plan(at_bound).existing) == each
+    problem = refused([*at_bound, Planned(None, ["t0"])])
+    assert problem.field == "tasks"
+    assert f"{MAX_BATCH_DEPENDENCIES + 1} dependencies in the batch" in problem.message
+
+
+# --- plan: cycles -----------------------------------------------------------------------------
+
+
+def test_a_cycle_is_named_in_the_order_it_runs() -> None:
+    problem = refused([Planned("a", ["c"]), Planned("b", ["a"]), Planned("c", ["b"])])
+    assert problem.field == "tasks.0.depends_on"
+    assert problem.message == "dependency cycle: a -> c -> b -> a"
+
+
+def test_a_cycle_among_later_tasks_is_found_past_an_acyclic_start() -> None:
+    problem = refused(
+        [
+            Planned("root", []),
+            Planned("x", ["root", "z"]),
+            Planned("y", ["x"]),
+            Planned("z", ["y"]),
+        ]
+    )
+    assert problem.message == "dependency cycle: x -> z -> y -> x"
+    assert problem.field == "tasks.1.depends_on"
+
+
+def test_a_two_task_cycle() -> None:
+    problem = refused([Planned("a", ["b"]), Planned("b", ["a"])])
+    assert problem.message == "dependency cycle: a -> b -> a"
+
+
+def test_diamonds_and_shared_dependencies_are_not_cycles() -> None:
+    edges = plan(
+        [
+            Planned("top", []),
+            Planned("left", ["top"]),
+            Planned("right", ["top"]),
+            Planned("bottom", ["left", "right", "top"]),
+        ]
+    )
+    assert edges.in_batch == [[], [0], [0], [1, 2, 0]]
+
+
+def test_a_long_chain_is_checked_without_recursion() -> None:
+    count = 50_000  # far past Python's recursion limit
+    tasks = [Planned("t0", [])] + [Planned(f"t{i}", [f"t{i - 1}"]) for i in range(1, count)]
+    assert plan(tasks).in_batch[-1] == [count - 2]
+    tasks[0] = Planned("t0", [f"t{count - 1}"])  # closed into a ring
+    problem = refused(tasks)
+    assert problem.message.startswith("dependency cycle: t0 -> t49999 -> t49998")
+    assert problem.message.endswith("t1 -> t0")
+
+
+@given(st.lists(st.lists(st.integers(0, 11), max_size=4, unique=True), min_size=1, max_size=12))
+def test_plan_refuses_exactly_the_graphs_with_a_cycle(raw: list[list[int]]) -> None:
+    """Against a plain reachability check: a graph is refused iff some task reaches itself,
+    and the cycle named is a real one (each names the next)."""
+    size = len(raw)
+    deps = [sorted({j % size for j in row if j % size != i}) for i, row in enumerate(raw)]
+    tasks = [Planned(f"n{i}", [f"n{j}" for j in row]) for i, row in enumerate(deps)]
+
+    def reaches(start: int, goal: int) -> bool:
+        seen, stack = set(), list(deps[start])
+        while stack:
+            node = stack.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                stack.extend(deps[node])
+        return False
+
+    cyclic = any(reaches(i, i) for i in range(size))
+    try:
+        plan(tasks)
+    except GraphProblem as problem:
+        assert cyclic
+        names = re.fullmatch(r"dependency cycle: (.*)", problem.message)
+        assert names is not None
+        path = [int(name[1:]) for name in names.group(1).split(" -> ")]
+        assert path[0] == path[-1]
+        assert len(set(path[:-1])) == len(path) - 1
+        for here, there in itertools.pairwise(path):
+            assert there in deps[here]
+    else:
+        assert not cyclic
+
+
+# --- compose: the answers' blocks -------------------------------------------------------------
+
+
+def done(task_id: str, output: str | None, ref: str | None = None, **more: object) -> Answer:
+    return Answer(task_id=task_id, ref=ref, status="completed", output=output, **more)  # type: ignore[arg-type]
+
+
+def blocks(text: str) -> list[str]:
+    return re.findall(r"<dependency [^>]*>\n(.*?)\n</dependency>", text, flags=re.S)
+
+
+def test_no_dependencies_no_change() -> None:
+    assert compose("the prompt", []) == "the prompt"
+
+
+def test_each_answer_in_its_block_in_the_order_named_then_the_prompt() -> None:
+    text = compose(
+        "review both",
+        [
+            done("t-2", "left's answer", ref="left"),
+            Answer("t-1", None, "failed", None, error="it broke"),
+            Answer("t-3", "gone", "cancelled", "ignored output", error=None),
+        ],
+    )
+    head, *middle, prompt = text.split("\n\n")
+    assert head == "The tasks this task depends on have ended; their answers:"
+    assert prompt == "review both"
+    assert middle == [
+        '<dependency task="t-2" ref="left" status="completed">\nleft\'s answer\n</dependency>',
+        '<dependency task="t-1" status="failed">\n'
+        "This dependency did not complete (failed): it broke\n</dependency>",
+        '<dependency task="t-3" ref="gone" status="cancelled">\n'
+        "This dependency did not complete (cancelled).\n</dependency>",
+    ]
+
+
+def test_attributes_are_escaped() -> None:
+    text = compose("p", [done('a"b', "x", ref='<r&"s>')])
+    assert '<dependency task="a&quot;b" ref="&lt;r&amp;&quot;s>" status="completed">' in text
+
+
+def test_a_completed_task_without_output_gives_an_empty_block() -> None:
+    assert blocks(compose("p", [done("t", None)])) == [""]
+
+
+def test_an_answer_at_the_bound_is_whole_and_one_past_it_is_cut_and_said() -> None:
+    whole = "a" * MAX_ANSWER_CHARS
+    assert blocks(compose("p", [done("t", whole)])) == [whole]
+    [cut] = blocks(compose("p", [done("t", whole + "bc")]))
+    assert cut == whole + "\n[... 2 more characters cut]"
+
+
+def test_an_answer_read_short_says_at_least() -> None:
+    """The repository reads MAX + 1 characters of an output: it may be longer still."""
+    read = "z" * (MAX_ANSWER_CHARS + 1)
+    [cut] = blocks(compose("p", [done("t", read, read_short=True)]))
+    assert cut.endswith("\n[... at least 1 more characters cut]")
+    assert cut.startswith("z" * MAX_ANSWER_CHARS + "\n")
+
+
+def test_all_answers_together_are_bounded_and_what_is_left_out_is_said() -> None:
+    per = MAX_ANSWER_CHARS
+    fits = MAX_ANSWERS_CHARS // per
+    answers = [done(f"t{i}", str(i % 10) * per) for i in range(fits)]
+    answers.append(done("late", "L" * 10))
+    answers.append(Answer("failed", None, "failed", None, error="E" * 50))
+    got = blocks(compose("p", answers))
+    assert got[:fits] == [str(i % 10) * per for i in range(fits)]
+    assert got[fits:] == [
+        "[10 characters cut: limit reached]",
+        f"[{len('This dependency did not complete (failed): ') + 50} characters cut: "
+        "limit reached]",
+    ]
+    assert sum(len(b) for b in got[:fits]) == MAX_ANSWERS_CHARS
+
+
+def test_the_answer_that_crosses_the_total_is_cut_to_what_is_left() -> None:
+    short = 1000
+    big = MAX_ANSWER_CHARS
+    fill = (MAX_ANSWERS_CHARS - short) // big  # 3 big answers, then 1000 short of the total
+    answers = [done(f"b{i}", "b" * big) for i in range(fill)]
+    answers.append(done("s", "s" * (MAX_ANSWERS_CHARS - fill * big - short)))
+    answers.append(done("crossing", "c" * 5000))
+    answers.append(done("after", "x"))
+    got = blocks(compose("p", answers))
+    assert got[-2] == "c" * short + "\n[... 4000 more characters cut]"
+    assert got[-1] == "[1 characters cut: limit reached]"
+    kept = sum(len(b) for b in got[:-2]) + short
+    assert kept == MAX_ANSWERS_CHARS
+
+
+@given(st.lists(st.integers(0, 3 * MAX_ANSWER_CHARS), min_size=1, max_size=8))
+def test_what_is_passed_on_never_exceeds_the_bounds_and_every_cut_is_said(
+    sizes: list[int],
+) -> None:
+    answers = [done(f"t{i}", "x" * size) for i, size in enumerate(sizes)]
+    got = blocks(compose("p", answers))
+    assert len(got) == len(sizes)  # none dropped
+    kept = 0
+    for size, block in zip(sizes, got, strict=True):
+        content = block.split("\n[...")[0] if block.startswith("x") else ""
+        assert len(content) <= MAX_ANSWER_CHARS
+        kept += len(content)
+        if len(content) < size:
+            assert "cut" in block
+        else:
+            assert block == "x" * size
+    assert kept == min(sum(min(size, MAX_ANSWER_CHARS) for size in sizes), MAX_ANSWERS_CHARS)
