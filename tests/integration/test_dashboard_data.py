@@ -254,6 +254,8 @@ async def test_counts_name_every_status(container: Container, thirty: list[str])
         "failed": 5,
         "dead": 0,
         "cancelled": 3,
+        "awaiting_approval": 0,
+        "blocked": 0,
     }
 
 
@@ -383,6 +385,8 @@ async def test_overview_counts_buckets_depth_and_failure_rate(
         "failed": 1,
         "dead": 0,
         "cancelled": 0,
+        "awaiting_approval": 0,
+        "blocked": 0,
     }
     assert (five.workers_total, five.workers_online, five.active_leases) == (2, 1, 1)
     assert five.oldest_queued_at == T0 + 1_000  # f's creation, not its requeue

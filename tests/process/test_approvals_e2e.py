@@ -14,10 +14,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.support.stack import Stack, wait_for
+
+# The worker's side, on one database: the approvals' storage is the same code on both, tested on
+# both by tests/integration/test_approvals_api.py.
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 ASK = {"tools": {"ask": ["Bash(touch:*)"]}}
 BLOOM = [sys.executable, "-m", "bloom.cli.main"]
@@ -182,3 +187,36 @@ def test_a_worker_killed_while_the_approved_call_runs_does_not_run_it_again(
     (runs,) = made(stack, "runs.txt")
     assert runs.read_text() == "once\n"  # the call never ran a second time
     assert "not run again without a new decision" in stack.output(asked)
+
+
+def test_a_write_allowed_a_fetch_denied_and_a_command_asked_in_one_run(stack: Stack) -> None:
+    stack.add_worker("w1")
+    target = stack.data_dir / "note.txt"
+    note = f'[[tool Write {{"file_path": "{target}", "content": "written"}}]]'
+    fetch = '[[tool WebFetch {"url": "https://example.com/", "prompt": "read it"}]]'
+    tools = {"allow": ["Write"], "deny": ["WebFetch"], "ask": ["Bash"]}
+    asked = stack.submit(f"ask-10 {note} {fetch} " + shell("echo asked"), policy={"tools": tools})
+    approval = pending(stack, asked)
+    assert approval["tool_input"] == {"command": "echo asked"}
+    written = made(stack, "note.txt")  # the allowed Write ran before the run stopped
+    assert [path.read_text() for path in written] == ["written"]
+    assert bloom(stack, "approvals", "approve", approval["id"]).returncode == 0
+    done = stack.wait(asked, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert stack.output(asked) == "echo: asked"
+    shown = bloom(stack, "task", "show", asked, "--tools").stdout
+    assert f"Write: {target} (allowed)" in shown, shown
+    assert "WebFetch: https://example.com/ (denied)" in shown, shown
+
+
+def test_a_runtime_killed_while_a_task_waits_loses_nothing(stack: Stack) -> None:
+    stack.add_worker("w1")
+    asked = stack.submit("ask-11 " + shell("echo survived"), policy={"tools": {"ask": ["Bash"]}})
+    approval = pending(stack, asked)
+    stack.runtime.kill(signal.SIGKILL)
+    stack.runtime.start()
+    assert stack.task(asked)["status"] == "awaiting_approval"
+    assert bloom(stack, "approvals", "approve", approval["id"]).returncode == 0
+    done = stack.wait(asked, timeout=90)
+    assert done["status"] == "completed", stack.logs()[-4000:]
+    assert stack.output(asked) == "echo: survived"

@@ -187,7 +187,7 @@ async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path
                 "dead"
             ),
             "tasks: agent with no tasks": 0,
-            "tasks: counts per status": 7,
+            "tasks: counts per status": 9,
             "stats": 7,  # statuses some task is in
             "audit: no filter": 50,
             "audit: one task's entries": 3,  # task 200: created, leased, completed
@@ -225,6 +225,8 @@ async def test_history_fill_holds_what_a_runtime_would(
         "failed": 24,
         "dead": 6,
         "cancelled": 9,
+        "awaiting_approval": 0,
+        "blocked": 0,
     }
     page = await container.tasks.page(TaskFilter(), after=None, limit=500)
     assert len(page.items) == 300

@@ -60,6 +60,20 @@ ERRORS: Declared = {
         "400": "Neither limit given, or a limit out of range",
     },
     ("DELETE", "/api/runtime/budgets/{project}"): {"404": "No budget for this project"},
+    ("GET", "/api/runtime/approvals/{approval_id}"): {"404": "No such approval"},
+    ("POST", "/api/runtime/approvals/{approval_id}/decision"): {
+        "404": "No such approval",
+        "409": "The approval is no longer pending (decided, expired, or its task cancelled)",
+    },
+    ("GET", "/api/runtime/llm-tasks/{task_id}/decisions"): {
+        "403": "A worker key names another worker's task",
+        "404": "No such task",
+    },
+    ("POST", "/api/runtime/llm-tasks/{task_id}/decisions"): {
+        "403": "A worker key names another worker's task",
+        "404": "No such task",
+        "409": "The lease is not the task's current one",
+    },
     ("GET", "/api/runtime/tool-policies/{project}"): {"404": "No tool policy for this project"},
     ("DELETE", "/api/runtime/tool-policies/{project}"): {"404": "No tool policy for this project"},
     ("GET", WORKER): {"403": "A worker key names another worker than its own"},

@@ -4,7 +4,7 @@ task list filters `blocked` (its count badge and the status filter); the page fo
 live as the last dependency completes; nothing scrolls sideways on a phone.
 
 The graph: `plan` and `gate` run by a simulated worker through the worker protocol (they ask for
-the codex CLI, which the stack's real worker does not have, so only the simulation takes them),
+the gemini CLI, for which no worker has an adapter, so only the simulation takes them),
 `left` after `plan` run by the real worker and the real Claude CLI, `review` after `left` and
 `gate`: blocked on `gate` until the last test completes it."""
 
@@ -42,7 +42,7 @@ def sim_complete(stack: Stack, output: str) -> str:
 
 @pytest.fixture(scope="module")
 def graph(stack: Stack) -> Iterator[dict[str, str]]:
-    caps = {"claude_cli": True, "max_concurrency": 1, "clis": {"codex": "0.1"}}
+    caps = {"claude_cli": True, "max_concurrency": 1, "clis": {"gemini": "0.1"}}
     registered = stack.http.post("/workers", json={"name": SIM, "capabilities": caps})
     assert registered.status_code in (200, 201), registered.text
 
@@ -54,8 +54,8 @@ def graph(stack: Stack) -> Iterator[dict[str, str]]:
         "/llm-tasks/batch",
         json={
             "tasks": [
-                item("plan", "plan the release", cli="codex", priority=1000),
-                item("gate", "hold the gate", cli="codex", priority=-1000),
+                item("plan", "plan the release", cli="gemini", priority=1000),
+                item("gate", "hold the gate", cli="gemini", priority=-1000),
                 item("left", "write the left half", "plan"),
                 item("review", "review the halves", "left", "gate"),
             ]

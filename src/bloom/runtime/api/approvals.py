@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 
 from bloom.domain.identity import Role
+from bloom.domain.paging import MAX_LIMIT
 from bloom.runtime.api.deps import Approvals, Caller
 from bloom.runtime.api.schemas import MAX_ID_CHARS, Body, DecisionBody, Id
 from bloom.runtime.http import JSON
@@ -25,7 +26,7 @@ async def list_approvals(
     approvals: Approvals,
     status: Annotated[str | None, Query(description="pending, approved, denied, expired")] = None,
     task_id: Annotated[str | None, Query(max_length=MAX_ID_CHARS)] = None,
-    limit: Annotated[int, Query()] = LIST_LIMIT,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = LIST_LIMIT,
 ) -> JSON:
     found = await approvals.find(status=status, task_id=task_id, limit=limit)
     return JSON([approval.to_json() for approval in found])
