@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,29 @@ def claim_all(url: str, worker: str) -> list[dict[str, Any]]:
 def complete(url: str, grant: dict[str, Any], output: str) -> httpx.Response:
     body = success(output) | {"lease_id": grant["lease"]["id"]}
     return post(url, f"/llm-tasks/{grant['task']['id']}/complete", body)
+
+
+@contextmanager
+def kept_alive(url: str, grants: list[dict[str, Any]]) -> Iterator[None]:
+    """Heartbeats the grants every half second (their worker acknowledges them and keeps them
+    past the stack's short lease), until the block ends; a grant already completed answers 409,
+    which is fine."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            for grant in grants:
+                body = {"lease_id": grant["lease"]["id"]}
+                post(url, f"/llm-tasks/{grant['task']['id']}/heartbeat", body)
+            stop.wait(0.5)
+
+    keeper = threading.Thread(target=beat)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join(30)
 
 
 def at_once(*calls: Callable[[], Any]) -> list[Any]:
@@ -200,19 +224,22 @@ def test_kill_9_between_the_last_complete_and_the_claim_loses_nothing_and_runs_o
     register(url, "never-starts", 1)
     grants = {grant["task"]["id"]: grant for grant in claim_all(url, "http-worker")}
     assert set(grants) == {a1, b1, a2, b2}
-    assert complete(url, grants[b1], "b1's answer: star").status_code == 200
-    assert complete(url, grants[b2], "b2's answer: oak").status_code == 200
+    # the stack's leases are short (2 s to acknowledge, 5 s to live): http-worker keeps its own
+    # alive, however slow the machine, so that only never-starts' lease can lapse
+    with kept_alive(url, list(grants.values())):
+        assert complete(url, grants[b1], "b1's answer: star").status_code == 200
+        assert complete(url, grants[b2], "b2's answer: oak").status_code == 200
 
-    # c2's last dependency completes while a claim waits: the claim is granted c2 and its
-    # worker never starts it (it will not acknowledge the lease)
-    waiting: list[dict[str, Any] | None] = []
-    poll = threading.Thread(target=lambda: waiting.append(claim(url, "never-starts", wait=20)))
-    poll.start()
-    time.sleep(0.5)  # the long poll is waiting
-    assert complete(url, grants[a2], "a2's answer: plum").status_code == 200
-    poll.join(30)
-    assert waiting[0] is not None
-    assert waiting[0]["task"]["id"] == c2
+        # c2's last dependency completes while a claim waits: the claim is granted c2 and its
+        # worker never starts it (it will not acknowledge the lease)
+        waiting: list[dict[str, Any] | None] = []
+        poll = threading.Thread(target=lambda: waiting.append(claim(url, "never-starts", 20)))
+        poll.start()
+        time.sleep(0.5)  # the long poll is waiting
+        assert complete(url, grants[a2], "a2's answer: plum").status_code == 200
+        poll.join(30)
+        assert waiting[0] is not None
+        assert waiting[0]["task"]["id"] == c2
 
     # c1's last dependency completes, and the runtime dies before anyone claims c1
     first = complete(url, grants[a1], "a1's answer: teal")
