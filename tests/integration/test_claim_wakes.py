@@ -137,13 +137,15 @@ async def test_a_wake_that_finds_nothing_ends_there(
 
 
 async def test_a_claim_whose_caller_left_passes_its_wake_on(client: httpx.AsyncClient) -> None:
-    leases: LeaseService = client.app.state.container.leases  # type: ignore[attr-defined]
+    container = client.app.state.container  # type: ignore[attr-defined]
+    leases: LeaseService = container.leases
+    await listening(container.db.target)  # else the create's notice may come before the listener
     await register_worker(client, "staying")
     await register_worker(client, "leaving")
     staying = asyncio.create_task(leases.claim("staying", wait_sec=WAIT))
     gone = asyncio.Event()
     leaving = asyncio.create_task(leases.claim("leaving", wait_sec=WAIT, gone=gone))
-    while client.app.state.container.signal.waiters < 2:  # type: ignore[attr-defined]
+    while container.signal.waiters < 2:
         await asyncio.sleep(0.01)
     task = await create_task(client)  # wakes the newest claim, the one about to hear...
     gone.set()  # ...that its caller hung up: it passes the wake on

@@ -46,6 +46,14 @@ async def spread_load(url: str) -> None:
     assert {answer.status_code for answer in answers} == {201}
 
 
+def scraped(url: str) -> tuple[float, float]:
+    """The task creations counted, and the queue's depth, in one scrape on a new connection
+    (whichever process takes it)."""
+    scrape = httpx.get(f"{url}/metrics", headers={"Connection": "close"}).text
+    created = value(scrape, "bloom_http_requests_total", route="/api/runtime/llm-tasks")
+    return created, value(scrape, "bloom_tasks", status="queued")
+
+
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_counters_add_up_across_server_processes(database_url: str, tmp_path: Path) -> None:
     runtime = RuntimeProcess(database_url, tmp_path)
@@ -58,11 +66,16 @@ def test_counters_add_up_across_server_processes(database_url: str, tmp_path: Pa
             asyncio.run(spread_load(runtime.url))
             rounds += 1
             time.sleep(0.5)
+        # a request is counted as its answer goes out: on a loaded machine the last ones may
+        # land a moment after the client has them, so the scrapes start once one has them all
+        while scraped(runtime.url)[0] != REQUESTS * rounds:
+            assert time.monotonic() < deadline, scraped(runtime.url)
+            time.sleep(0.2)
         counts, queued = set(), set()
         for _ in range(10):
-            scrape = httpx.get(f"{runtime.url}/metrics", headers={"Connection": "close"}).text
-            counts.add(value(scrape, "bloom_http_requests_total", route="/api/runtime/llm-tasks"))
-            queued.add(value(scrape, "bloom_tasks", status="queued"))
+            count, depth = scraped(runtime.url)
+            counts.add(count)
+            queued.add(depth)
     finally:
         runtime.stop()
     assert counts == {REQUESTS * rounds}

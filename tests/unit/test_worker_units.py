@@ -358,7 +358,7 @@ async def test_a_task_asks_the_runtime_a_heartbeat_and_the_complete_with_its_eve
     assert "claim_next" not in body  # a run with no slot to fill (pushed) asks for none
 
 
-async def wait_until(check: Any, timeout: float = 5.0) -> None:
+async def wait_until(check: Any, timeout: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not check() and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.01)
@@ -372,7 +372,11 @@ async def test_the_prompt_waits_for_the_first_heartbeat_and_never_goes_to_a_refu
     it reads its prompt, and nothing is reported; a cancelled task is reported cancelled."""
     cli = tmp_path / "claude"
     began, prompt = tmp_path / "began", tmp_path / "prompt"
-    cli.write_text(f"#!/bin/sh\ntouch {began}\ncat > {prompt}\necho '{json.dumps(result('x'))}'\n")
+    # the prompt's file exists before `began` does: a kill right after `touch` leaves it empty
+    cli.write_text(
+        f"#!/bin/sh\n: > {prompt}\ntouch {began}\ncat >> {prompt}\n"
+        f"echo '{json.dumps(result('x'))}'\n"
+    )
     cli.chmod(0o755)
     asked: list[str] = []
     completes: list[dict[str, Any]] = []
