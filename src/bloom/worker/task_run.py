@@ -200,7 +200,7 @@ class TaskRun:
         if outcome.error_code is ErrorCode.AUTH_FAILED and self.settings.on_auth_failure == "wait":
             outcome = await self._give_back(outcome)
         following = await self._report(outcome)
-        metrics.attempt_ended(outcome, report.duration_ms)
+        metrics.attempt_ended(outcome, report.duration_ms, self.task.cli)
         self.log.info(
             "task_done",
             task_id=task_id,
