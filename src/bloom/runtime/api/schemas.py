@@ -535,8 +535,8 @@ class CapabilitiesBody(Body):
     labels: list[Label] = Field(default_factory=list, max_length=64)
     ready: StrictBool | None = Field(
         None,
-        description="Whether the worker can run Claude now (false: no credentials; unset: ready, "
-        "as the seed's workers are).",
+        description="Whether the worker can run any of its CLIs now (false: no credentials; "
+        "unset: ready, as the seed's workers are).",
     )
     not_ready: StrictStr | None = Field(
         None, max_length=1000, description="Why the worker is not ready, and what to do."
@@ -548,8 +548,9 @@ class CapabilitiesBody(Body):
     )
     clis: dict[Cli, Annotated[StrictStr, Field(max_length=64)]] | None = Field(
         None,
-        description='The agent CLIs the worker runs, with their versions ({"claude": '
-        '"2.1.330"}): a task goes only to a worker that has its `cli`. Unset: Claude only.',
+        description="The agent CLIs the worker runs now (it has them, and their credentials), "
+        'with their versions ({"claude": "2.1.330"}): a task goes only to a worker that has '
+        "its `cli`. Unset: Claude only.",
     )
 
 
