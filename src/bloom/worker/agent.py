@@ -213,12 +213,13 @@ class Worker:
             self.not_ready = None
         elif len(has) == 1:
             self.not_ready = unready[has[0]]
-        else:  # each reason named by its CLI, unless it names it itself
-            said = (
-                reason if f"{self.agents[name].title} CLI" in reason else f"{name}: {reason}"
-                for name, reason in ((name, unready[name]) for name in has)
-            )
-            self.not_ready = "; ".join(said)[:MAX_NOT_READY]
+        else:
+            said = "; ".join(self._named(name, unready[name]) for name in has)
+            self.not_ready = said[:MAX_NOT_READY]
+
+    def _named(self, cli: str, reason: str) -> str:
+        """`reason` saying which CLI it is about (as it does already when it names it)."""
+        return reason if f"{self.agents[cli].title} CLI" in reason else f"{cli}: {reason}"
 
     async def credentials_refused(self, cli: str, message: str) -> None:
         """A run of the CLI `cli` could not authenticate and the worker waits for its

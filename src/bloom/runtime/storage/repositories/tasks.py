@@ -108,8 +108,6 @@ _LIST = (
     .limit(bindparam("b_limit"))
     .offset(bindparam("b_offset"))
 )
-
-
 _OLDEST_QUEUED = select(func.min(t.c.created_at)).where(is_state(t.c.status, "queued"))
 
 _PAGE_EQUALS = {
