@@ -196,6 +196,11 @@ async def test_task_list_filters_and_keyset_pages(client: httpx.AsyncClient) -> 
     assert "Older" not in second.text
     by_context = await client.get("/tasks?context=a", headers=browser)
     assert rows(by_context.text) == [t for n, t in enumerate(made) if n % 2][::-1]
+    by_cli = await client.get("/tasks?context=a&cli=claude", headers=browser)
+    assert rows(by_cli.text) == rows(by_context.text)
+    assert '<option value="claude" selected>' in by_cli.text
+    assert rows((await client.get("/tasks?cli=codex", headers=browser)).text) == []
+    assert len(rows((await client.get("/tasks?cli=aider", headers=browser)).text)) == 50
     by_text = await client.get("/tasks?q=job+1", headers=browser)
     assert set(rows(by_text.text)) == {made[n] for n in range(55) if str(n).startswith("1")}
     none = await client.get("/tasks?q=%25nothing_", headers=browser)
@@ -241,6 +246,8 @@ async def test_task_page_shows_result_attempts_artifact_and_timeline(
     usage_line = re.search(r'id="result-usage">([^<]*)', page.text)
     assert usage_line is not None
     assert "$0.0421 · 99 tokens · claude-q · on w1" in usage_line[1]
+    assert re.search(r'id="task-cli"><a href="/tasks\?cli=claude">claude<', page.text)
+    assert 'id="task-model">claude-q<' in page.text
     # the overview: today's cost, in all and for the task's project
     overview = (await client.get("/", headers=browser)).text
     assert re.search(r'id="stat-cost">\$0\.0421<', overview)
@@ -248,6 +255,8 @@ async def test_task_page_shows_result_attempts_artifact_and_timeline(
     assert re.search(
         r'href="/tasks\?agent=default">default</a></td><td class="num">\$0\.0421<', table
     )
+    by_cli = overview[overview.index('id="cost-by-cli"') :]
+    assert re.search(r'href="/tasks\?cli=claude">claude</a></td><td class="num">\$0\.0421<', by_cli)
     assert page.status_code == 200
     text = page.text
     assert "What is 6*7?" in text

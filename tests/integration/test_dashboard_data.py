@@ -86,7 +86,7 @@ def chunks(ids: list[str], size: int) -> list[list[str]]:
 async def thirty(container: Container, clock: FakeClock) -> list[str]:
     """30 tasks over 3 contexts and 2 agents, some created in the same millisecond; tasks 0, 3,
     6… leased to w1 and 1, 4, 7, 10, 13 to w2; of w1's, every other one completed, the rest
-    failed; tasks 5, 19 and 26 cancelled while queued."""
+    failed; tasks 5, 19 and 26 cancelled while queued; tasks 2, 8, 14, 20 and 26 for codex."""
     clock.now = T0
     await add_worker(container, "w1")
     await add_worker(container, "w2")
@@ -100,6 +100,7 @@ async def thirty(container: Container, clock: FakeClock) -> list[str]:
                 context_id=f"c{i % 3}",
                 agent="alpha" if i % 2 else "beta",
                 prompt=f"{PROMPTS[i % 5]} #{i}",
+                cli="codex" if i % 6 == 2 else "claude",
             )
         )
     clock.advance(1)
@@ -149,6 +150,14 @@ async def test_task_pages_walk_every_filter_newest_first(
         (TaskFilter(worker_id="w2"), lambda r: r["worker_id"] == "w2", 5),
         (TaskFilter(context_id="c1"), lambda r: r["context_id"] == "c1", 10),
         (TaskFilter(agent_slug="alpha"), lambda r: r["agent_slug"] == "alpha", 15),
+        (TaskFilter(cli="codex"), lambda r: r["cli"] == "codex", 5),
+        (TaskFilter(cli="claude"), lambda r: r["cli"] == "claude", 25),
+        (TaskFilter(cli="gemini"), lambda r: False, 0),
+        (
+            TaskFilter(cli="codex", status=TaskStatus.QUEUED),
+            lambda r: (r["cli"], r["status"]) == ("codex", "queued"),
+            4,
+        ),
         (TaskFilter(text="100%"), text_matches("100%"), 6),  # not "1000"
         (TaskFilter(text="%"), text_matches("%"), 6),
         (TaskFilter(text="UNDER_SCORE"), text_matches("under_score"), 6),  # not "underXscore"

@@ -181,8 +181,8 @@ async def test_outcomes_waits_claims_and_expiries_are_counted(
         key = (name, tuple(sorted(labels.items())))
         return after.get(key, 0) - before.get(key, 0)
 
-    assert delta("bloom_task_outcomes_total", status="completed") == 1
-    assert delta("bloom_task_outcomes_total", status="queued") == 1  # a retry
+    assert delta("bloom_task_outcomes_total", status="completed", cli="claude") == 1
+    assert delta("bloom_task_outcomes_total", status="queued", cli="claude") == 1  # a retry
     assert delta("bloom_task_queue_wait_seconds_count") == 3
     assert delta("bloom_task_queue_wait_seconds_sum") == pytest.approx(6)
     assert delta("bloom_task_run_seconds_count") == 2
@@ -191,7 +191,8 @@ async def test_outcomes_waits_claims_and_expiries_are_counted(
     assert delta("bloom_claim_seconds_count", result="empty") == 1
     assert delta("bloom_leases_expired_total") == 1
     assert delta("bloom_reaper_actions_total", action="requeued") == 1
-    assert delta("bloom_usage_cost_usd_total", project="default") == pytest.approx(0.5)
-    assert delta("bloom_usage_tokens_total", project="default", kind="input") == 200
-    assert delta("bloom_usage_tokens_total", project="default", kind="output") == 14
+    cost = delta("bloom_usage_cost_usd_total", project="default", cli="claude")
+    assert cost == pytest.approx(0.5)
+    assert delta("bloom_usage_tokens_total", project="default", cli="claude", kind="input") == 200
+    assert delta("bloom_usage_tokens_total", project="default", cli="claude", kind="output") == 14
     assert lost["id"] in lease_of

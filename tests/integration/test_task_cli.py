@@ -1,7 +1,8 @@
 """A task's agent CLI on the runtime's side, on both databases: `cli` taken at create (claude by
 default, an unknown name a 400 naming `cli`) and in the batch, kept and answered; a task goes
 only to a worker that has its CLI (a worker that reports no `clis` has Claude only), even the
-context's sticky worker; one that no online worker can run says so (`waiting_for`)."""
+context's sticky worker; one that no online worker can run says so (`waiting_for`); the list
+filtered by CLI (`GET /llm-tasks?cli=`)."""
 
 from typing import Any
 
@@ -115,3 +116,28 @@ async def test_a_worker_reporting_clis_without_claude_gets_no_claude_task(
     assert await claim(client, "codex-only") is None
     waiting = (await client.get(f"{API}/llm-tasks/{task['id']}")).json()
     assert waiting["waiting_for"] == {"reason": "no_worker_with_cli", "cli": "claude"}
+
+
+async def test_the_task_list_filters_by_cli(client: httpx.AsyncClient) -> None:
+    made = {
+        cli: [(await create_task(client, context_id=f"{cli}-{n}", cli=cli))["id"] for n in range(2)]
+        for cli in ("claude", "codex")
+    }
+    await worker_with(client, "cx", codex="0.1.0")
+    leased = await claim(client, "cx")
+    assert leased is not None
+
+    async def listed(**params: str) -> list[str]:
+        response = await client.get(f"{API}/llm-tasks", params=params)
+        assert response.status_code == 200, response.text
+        return [task["id"] for task in response.json()]
+
+    assert await listed(cli="codex") == made["codex"][::-1]
+    assert await listed(cli="claude") == made["claude"][::-1]
+    assert await listed(cli="gemini") == []
+    assert await listed(cli="codex", status="leased") == [leased["task"]["id"]]
+    assert await listed(cli="claude", status="leased") == []
+    assert set(await listed()) == {*made["claude"], *made["codex"]}
+    unknown = await client.get(f"{API}/llm-tasks", params={"cli": "aider"})
+    assert unknown.status_code == 400, unknown.text
+    assert "cli" in unknown.text

@@ -1,6 +1,6 @@
 """Usage as data (issue 20 part 2): results' cost, tokens and turns summed by project, context,
-agent, worker, model, day and hour over a window, equal to the figures the workers reported, on
-both databases."""
+agent, worker, model, agent CLI, day and hour over a window, equal to the figures the workers
+reported, on both databases."""
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ class Done:
     project: str
     context: str
     worker: str
+    cli: str
     at: int
     status: str
     metrics: dict[str, Any]
@@ -50,7 +51,14 @@ async def attempt(
     done = await client.post(f"{API}/llm-tasks/{task['id']}/complete", json=body)
     assert done.status_code == 200, done.text
     return Done(
-        task["id"], task["agent_slug"], task["context_id"], worker, clock.now, status, metrics
+        task["id"],
+        task["agent_slug"],
+        task["context_id"],
+        worker,
+        task["cli"],
+        clock.now,
+        status,
+        metrics,
     )
 
 
@@ -70,16 +78,21 @@ def usage_of(n: int) -> dict[str, Any]:
 
 
 async def fill(client: httpx.AsyncClient, clock: FakeClock) -> list[Done]:
-    """Twelve attempts over three days: three projects, two contexts, two workers, one task
-    retried after a failure (two results, one task)."""
-    await register_worker(client, "w1")
-    await register_worker(client, "w2")
+    """Twelve attempts over three days: three projects, two contexts, two workers (each with
+    two CLIs), two CLIs, one task retried after a failure (two results, one task)."""
+    clis = {"claude": "2.1.330", "codex": "0.171.0"}
+    for name in ("w1", "w2"):
+        capabilities = {"claude_cli": True, "max_concurrency": 1, "clis": clis}
+        await register_worker(client, name, capabilities=capabilities)
     done: list[Done] = []
     for n in range(12):
         if n % 4 == 0 and n:
             clock.advance(DAY / 2 + 3_600 * n)
         task = await create_task(
-            client, agent_slug=["alpha", "beta", "gamma"][n % 3], context_id=f"ctx-{n % 2}"
+            client,
+            agent_slug=["alpha", "beta", "gamma"][n % 3],
+            context_id=f"ctx-{n % 2}",
+            cli=["claude", "codex"][n // 2 % 2],
         )
         worker = ["w1", "w2"][n % 2]
         if n == 5:
@@ -135,6 +148,7 @@ async def test_usage_sums_equal_the_reported_figures_by_every_grouping(
         "context": lambda d: d.context,
         "worker": lambda d: d.worker,
         "model": lambda d: d.metrics.get("model"),
+        "cli": lambda d: d.cli,
         "day": lambda d: day_of(d.at, DAY),
         "hour": lambda d: day_of(d.at, 3_600),
     }

@@ -315,6 +315,11 @@ def test_list_and_show(runtime, http):
     assert '"output": "shown answer"' in as_json.stdout
     bad = bloom("task", "list", "--status", "nonsense", "--url", runtime.url)
     assert bad.exit_code == 2
+    claude = bloom("task", "list", "--cli", "claude", "--json", "--url", runtime.url)
+    assert task_id in {task["id"] for task in json.loads(claude.stdout)}
+    codex = bloom("task", "list", "--cli", "codex", "--json", "--url", runtime.url)
+    assert task_id not in {task["id"] for task in json.loads(codex.stdout)}
+    assert bloom("task", "list", "--cli", "aider", "--url", runtime.url).exit_code == 2
 
 
 def test_cancel_then_cancel_again_is_one_red_line(runtime, http):
@@ -396,6 +401,9 @@ def test_usage_per_project_as_a_table_and_as_json(runtime, http):
     assert "total" in table.stdout
     by_day = bloom("usage", "--by", "day", "--since", "2d", "--json", "--url", runtime.url)
     assert json.loads(by_day.stdout)["group_by"] == "day"
+    by_cli = bloom("usage", "--by", "cli", "--since", "1h", "--json", "--url", runtime.url)
+    assert json.loads(by_cli.stdout)["group_by"] == "cli"
+    assert "claude" in {group["key"] for group in json.loads(by_cli.stdout)["groups"]}
     bad = bloom("usage", "--since", "last tuesday", "--url", runtime.url)
     assert bad.exit_code == 2  # a usage error, told before the runtime is asked
     assert "--since takes" in bad.stderr

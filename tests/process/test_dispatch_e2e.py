@@ -53,9 +53,10 @@ def test_a_dispatched_task_runs_on_the_agent_with_live_output(
         for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)
         for sample in family.samples
     }
-    assert scraped[("bloom_worker_attempts_total", (("outcome", "success"),))] == 1
-    assert scraped[("bloom_worker_attempt_run_seconds_count", ())] == 1
-    assert scraped[("bloom_worker_cost_usd_total", ())] > 0
+    claude = ("cli", "claude")
+    assert scraped[("bloom_worker_attempts_total", (claude, ("outcome", "success")))] == 1
+    assert scraped[("bloom_worker_attempt_run_seconds_count", (claude,))] == 1
+    assert scraped[("bloom_worker_cost_usd_total", (claude,))] > 0
     assert scraped[("bloom_worker_running_tasks", ())] == 0
     assert scraped[("bloom_worker_slots", ())] == 1
 

@@ -22,8 +22,9 @@ import pytest
 from bloom.cli.supervisor import port_in_use
 from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan, port_problem
 from bloom.worker.agents.claude import install as claude_cli
-from bloom.worker.demo import DEMO_API_KEY
+from bloom.worker.demo import DEMO_API_KEY, demo_codex
 from tests.process.test_s3_artifacts import bloom
+from tests.support.codex import codex_binary
 from tests.support.net import free_port
 from tests.support.required import unavailable
 from tests.support.s3 import Bucket
@@ -90,7 +91,12 @@ def test_plan_without_the_demo_model(tmp_path):
 
 
 def test_plan_with_the_demo_model(tmp_path):
-    user_env = {"ANTHROPIC_API_KEY": "sk-users-own", "CLAUDE_CODE_OAUTH_TOKEN": "oauth"}
+    user_env = {
+        "ANTHROPIC_API_KEY": "sk-users-own",
+        "CLAUDE_CODE_OAUTH_TOKEN": "oauth",
+        "OPENAI_API_KEY": "sk-openai-own",
+        "CODEX_API_KEY": "codex-own",
+    }
     children = plan(options(tmp_path, demo_model=True), user_env, "the-key")
     assert [child.name for child in children] == ["model", "membridge", "runtime", "worker"]
     model, worker = children[0], children[-1]
@@ -105,6 +111,25 @@ def test_plan_with_the_demo_model(tmp_path):
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in worker.env
     assert json.loads(worker.env["BLOOM_CLAUDE_ARGS"]) == ["--bare"]
     assert "BLOOM_WORKER_CONCURRENCY" not in worker.env
+    assert {"OPENAI_API_KEY", "CODEX_API_KEY", "BLOOM_CODEX_BIN"}.isdisjoint(worker.env)
+    # with a Codex CLI, it is pointed at the echo model too
+    with_codex = options(tmp_path, demo_model=True, codex_bin="/opt/codex")
+    worker = plan(with_codex, user_env, "the-key")[-1]
+    assert worker.env["BLOOM_CODEX_BIN"] == "/opt/codex"
+    assert worker.env["OPENAI_API_KEY"] == DEMO_API_KEY
+    assert "CODEX_API_KEY" not in worker.env
+    codex_args = " ".join(json.loads(worker.env["BLOOM_CODEX_ARGS"]))
+    assert 'model_providers.echo.base_url="http://127.0.0.1:8101/v1"' in codex_args
+    assert 'model_provider="echo"' in codex_args
+
+
+def test_the_demo_finds_the_codex_cli_as_the_worker_would(tmp_path):
+    assert demo_codex({"PATH": str(tmp_path), "BLOOM_CODEX_CACHE": str(tmp_path)}) is None
+    codex = tmp_path / "bin" / "codex"
+    codex.parent.mkdir()
+    codex.write_text("#!/bin/sh\n")
+    codex.chmod(0o755)
+    assert demo_codex({"PATH": str(codex.parent)}) == str(codex)
 
 
 def test_the_banner_says_where_everything_is(tmp_path):
@@ -120,6 +145,11 @@ def test_the_banner_says_where_everything_is(tmp_path):
     assert "worker     w-test (concurrency 2), claude at /opt/claude" in text
     assert f"data dir   {tmp_path}" in text
     assert 'bloom task submit "hello" --wait --url http://127.0.0.1:5001' in text
+    assert "codex" not in text
+    with_codex = options(tmp_path, demo_model=True, codex_bin="/opt/codex")
+    text = "\n".join(banner(with_codex))
+    assert "worker     w-test, claude at /opt/claude, codex at /opt/codex" in text
+    assert 'bloom task submit --cli codex "hello" --wait --url http://127.0.0.1:5001' in text
     default_port = "\n".join(banner(options(tmp_path, port=5000)))
     assert default_port.endswith('bloom task submit "hello" --wait\n  stop       Ctrl-C')
     assert "model" not in default_port
@@ -244,7 +274,9 @@ def started() -> Iterator[list[Up]]:
 def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     tmp_path, claude_bin, started
 ):
-    up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin)
+    codex = codex_binary()  # with it, a Codex task too (`bloom agents install codex`)
+    with_codex = {"BLOOM_CODEX_BIN": str(codex), "CODEX_HOME": str(tmp_path)} if codex else {}
+    up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin, **with_codex)
     started.append(up)
     up.wait_for("BLOOM is up")
     children = up.children()
@@ -258,6 +290,7 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     assert any(line.startswith("model     | ") for line in up.out)
     assert f"  runtime    {up.url}" in up.out
 
+    client_env = {"BLOOM_RUNTIME_URL": up.url}
     done = subprocess.run(
         [sys.executable, "-m", "bloom.cli.main", "task", "submit", "hello", "--wait"],
         env={k: v for k, v in os.environ.items() if not k.startswith(("BLOOM_", "RUNTIME_"))}
@@ -270,6 +303,11 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     assert done.returncode == 0, done.stderr + up.text()
     assert done.stdout == "echo: hello\n"
     assert "echo: hello" in done.stderr  # the live output, as it came
+    if codex is not None:
+        submit = ("task", "submit", "--cli", "codex", "hello", "--wait")
+        by_codex = bloom(*submit, env=client_env, cwd=tmp_path)
+        assert by_codex.returncode == 0, by_codex.stderr + up.text()
+        assert by_codex.stdout == "echo: hello\n"
 
     # the demo repository, served by the echo model, is a managed project a task can change
     changed = subprocess.run(

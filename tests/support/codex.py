@@ -1,14 +1,15 @@
 """The real Codex CLI, pinned, from the project cache (`.ci/run` and `make test` install it),
-pointed at the echo model's Responses API as a provider of its own."""
+pointed at the echo model's Responses API as a provider of its own (as `bloom up --demo-model`
+points it: `bloom.worker.demo`)."""
 
-import json
 import os
 from pathlib import Path
 
 from bloom.worker.agents.codex.install import cached_binary
+from bloom.worker.demo import DEMO_CODEX_MODEL, codex_echo_environment
 
 CODEX_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "codex-cli"
-MODEL = "gpt-5.1-codex"
+MODEL = DEMO_CODEX_MODEL
 """A model the price table knows (the echo model answers as any model), so a run has a cost."""
 
 
@@ -20,19 +21,4 @@ def codex_binary() -> Path | None:
 def codex_worker_env(codex: Path, model_url: str) -> dict[str, str]:
     """A worker's settings for running the Codex CLI against the echo model (its own retries
     off, so that a scripted error is reported at once)."""
-    provider = {
-        "name": "echo",
-        "base_url": f"{model_url}/v1",
-        "wire_api": "responses",
-        "env_key": "OPENAI_API_KEY",
-        "request_max_retries": 0,
-        "stream_max_retries": 0,
-    }
-    args = ["-c", 'model_provider="echo"', "-c", f'model="{MODEL}"']
-    for key, value in provider.items():
-        args += ["-c", f"model_providers.echo.{key}={json.dumps(value)}"]
-    return {
-        "BLOOM_CODEX_BIN": str(codex),
-        "BLOOM_CODEX_ARGS": json.dumps(args),
-        "OPENAI_API_KEY": "test-model-key",
-    }
+    return codex_echo_environment(str(codex), model_url)

@@ -172,7 +172,9 @@ def test_a_refused_login_keeps_the_worker_not_ready_until_it_changes(tmp_path: P
     async def scenario() -> None:
         await worker.check_credentials()
         assert worker.not_ready is None
-        await worker.credentials_refused("The Claude CLI could not authenticate (Not logged in)")
+        await worker.credentials_refused(
+            "claude", "The Claude CLI could not authenticate (Not logged in)"
+        )
         [sent] = client.sent
         assert sent["capabilities"]["ready"] is False
         assert "takes no task until they change" in sent["capabilities"]["not_ready"]
@@ -181,6 +183,93 @@ def test_a_refused_login_keeps_the_worker_not_ready_until_it_changes(tmp_path: P
         login.write_text('{"claudeAiOauth": {}}')  # logged in again
         await worker.check_credentials()
         assert worker.not_ready is None
-        assert worker.refused_credentials is None
+        assert worker.refused_credentials == {}
+
+    asyncio.run(scenario())
+
+
+def two_cli_worker(tmp_path: Path, **environ: str) -> tuple[Worker, Registrations]:
+    """A worker that has Claude and Codex (their credentials looked for in `tmp_path`)."""
+    (tmp_path / "claude").mkdir()
+    (tmp_path / "codex").mkdir()
+    client = Registrations()
+    settings = WorkerSettings(name="w1", claude_bin=str(tmp_path / "no-claude"))
+    env = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "CODEX_HOME": str(tmp_path / "codex"),
+        "PATH": os.environ.get("PATH", ""),
+    }
+    worker = Worker(settings, client, environ=env | environ)  # type: ignore[arg-type]
+    worker.clis = {"claude": "2.1.330", "codex": "0.171.0"}
+    return worker, client
+
+
+def test_each_cli_without_credentials_is_left_out_and_none_left_is_not_ready(
+    tmp_path: Path,
+) -> None:
+    worker, _ = two_cli_worker(tmp_path, OPENAI_API_KEY="sk-1")
+
+    async def scenario() -> None:
+        await worker.check_credentials()  # Codex has a key, Claude nothing
+        capabilities = worker.registration()["capabilities"]
+        assert (capabilities["ready"], capabilities["clis"]) == (True, {"codex": "0.171.0"})
+        assert "not_ready" not in capabilities
+        assert "claude" in worker.unready
+        (tmp_path / "claude" / ".credentials.json").write_text("{}")  # Claude logged in
+        await worker.check_credentials()
+        capabilities = worker.registration()["capabilities"]
+        assert capabilities["clis"] == {"claude": "2.1.330", "codex": "0.171.0"}
+        assert worker.unready == {}
+        del worker.environ["OPENAI_API_KEY"]  # type: ignore[attr-defined]
+        (tmp_path / "claude" / ".credentials.json").unlink()
+        await worker.check_credentials()  # neither has any: not ready, saying both
+        capabilities = worker.registration()["capabilities"]
+        assert capabilities["ready"] is False
+        assert "clis" not in capabilities  # (a worker without clis has Claude only: not ready)
+        assert capabilities["not_ready"].startswith("The Claude CLI has no credentials")
+        assert "; The Codex CLI has no credentials" in capabilities["not_ready"]
+        assert "OPENAI_API_KEY" in capabilities["not_ready"]
+        await worker.credentials_refused("claude", "Invalid API key")  # one that names no CLI
+        assert worker.not_ready is not None
+        assert worker.not_ready.startswith("claude: Invalid API key; this worker takes no task")
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_codex_key_leaves_codex_out_until_it_changes_claude_runs_on(
+    tmp_path: Path,
+) -> None:
+    worker, client = two_cli_worker(tmp_path, OPENAI_API_KEY="sk-1")
+    (tmp_path / "claude" / ".credentials.json").write_text("{}")
+
+    async def scenario() -> None:
+        await worker.check_credentials()
+        assert worker.registration()["capabilities"]["clis"].keys() == {"claude", "codex"}
+        await worker.credentials_refused("codex", "401 Unauthorized")
+        [sent] = client.sent  # registered at once, without Codex
+        assert (sent["capabilities"]["ready"], sent["capabilities"]["clis"]) == (
+            True,
+            {"claude": "2.1.330"},
+        )
+        assert "takes no task until they change" in worker.unready["codex"]
+        assert not worker._waiting()  # Claude's tasks still come: its slots claim on
+        await worker.check_credentials()  # the same key: Codex still left out
+        assert "codex" not in worker.registration()["capabilities"]["clis"]
+        worker.environ["OPENAI_API_KEY"] = "sk-2"  # type: ignore[index]
+        await worker.check_credentials()
+        assert worker.registration()["capabilities"]["clis"].keys() == {"claude", "codex"}
+        assert worker.refused_credentials == {}
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_login_of_the_only_cli_left_makes_the_worker_wait(tmp_path: Path) -> None:
+    worker, _ = two_cli_worker(tmp_path, OPENAI_API_KEY="sk-1")
+
+    async def scenario() -> None:
+        await worker.check_credentials()  # Codex alone can run
+        await worker.credentials_refused("codex", "401 Unauthorized")
+        assert worker._waiting()  # nothing left to run: its slots stop claiming
+        assert worker.registration()["capabilities"]["ready"] is False
 
     asyncio.run(scenario())

@@ -324,6 +324,7 @@ def list_tasks(
         str | None,
         typer.Option(help=f"Only tasks in this state: {', '.join(STATUSES)}."),
     ] = None,
+    cli: Annotated[Cli | None, typer.Option("--cli", help="Only tasks of this agent CLI.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=5000, help="At most this many.")] = 50,
     json_output: JsonOption = False,
     url: UrlOption = DEFAULT_URL,
@@ -331,7 +332,7 @@ def list_tasks(
     """The newest tasks first."""
     if status is not None and status not in STATUSES:
         raise typer.BadParameter(f"one of {', '.join(STATUSES)}", param_hint="--status")
-    tasks = call(url, lambda client: client.list_tasks(status=status, limit=limit))
+    tasks = call(url, lambda client: client.list_tasks(status=status, limit=limit, cli=cli))
     if json_output:
         print_json([task.raw for task in tasks])
         return

@@ -47,7 +47,8 @@ def _waits(task: TaskInfo) -> list[str]:
         said.append(f"for a person: bloom approvals list --task {task.id}")
     waiting = task.raw.get("waiting_for")
     if isinstance(waiting, dict) and waiting.get("reason") == "no_worker_with_cli":
-        said.append(escape(f"no online worker has the {waiting.get('cli')} CLI"))
+        cli = waiting.get("cli")
+        said.append(escape(f"no online worker has the {cli} CLI (with credentials for it)"))
     elif isinstance(waiting, dict):
         writer, branch = waiting.get("task_id"), waiting.get("branch")
         said.append(escape(f"task {writer} is writing branch {branch}"))

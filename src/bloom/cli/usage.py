@@ -1,5 +1,5 @@
-"""`bloom usage`: what the fleet's work cost, per project (or context, agent, worker, model, day,
-hour), as a table or JSON."""
+"""`bloom usage`: what the fleet's work cost, per project (or context, agent, worker, model, agent
+CLI, day, hour), as a table or JSON."""
 
 import re
 import time
@@ -35,7 +35,7 @@ def usage(
     url: UrlOption = DEFAULT_URL,
 ) -> None:
     """What the fleet's work cost: cost, tokens, turns and attempts per project (a task's
-    agent_slug), context, agent, worker, model, day or hour, today by default.
+    agent_slug), context, agent, worker, model, agent CLI, day or hour, today by default.
 
     Sums count what workers reported (an attempt without usage adds nothing); days are UTC."""
     first = window_start(since, time.time_ns() // 1_000_000)

@@ -287,8 +287,11 @@ class RuntimeClient:
 
         return await self._parsed(tasks, "POST", "/llm-tasks/batch", body={"tasks": bodies})
 
-    async def list_tasks(self, *, status: str | None = None, limit: int = 50) -> list[TaskInfo]:
+    async def list_tasks(
+        self, *, status: str | None = None, limit: int = 50, cli: str | None = None
+    ) -> list[TaskInfo]:
         params: dict[str, Any] = {"limit": limit} | ({"status": status} if status else {})
+        params |= {"cli": cli} if cli else {}
         tasks = _list_of(TaskInfo.from_json)
         return await self._parsed(tasks, "GET", "/llm-tasks", params=params)
 

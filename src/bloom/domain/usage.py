@@ -1,5 +1,5 @@
 """What attempts cost: the usage figures a worker reports in a result's metrics, typed, and the
-sums of them by project, context, worker, model or time that usage reports show."""
+sums of them by project, context, worker, model, agent CLI or time that usage reports show."""
 
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -69,6 +69,8 @@ class UsageGroup(StrEnum):
     CONTEXT = "context"
     WORKER = "worker"
     MODEL = "model"
+    CLI = "cli"
+    """A task's agent CLI (`claude`, `codex`, `gemini`)."""
     DAY = "day"
     HOUR = "hour"
 
@@ -100,7 +102,7 @@ class UsageRow(UsageSums):
     """One group's sums."""
 
     key: str | None = None
-    """The project, context, worker or model (None: the results that name none); for a time
+    """The project, context, worker, model or CLI (None: the results that name none); for a time
     group, the bucket's start as ISO 8601 UTC."""
 
 

@@ -17,6 +17,7 @@ from bloom import __version__
 from bloom.clients.membridge import MembridgeClient, MembridgeUnavailable
 from bloom.clients.runtime import RuntimeApiError, RuntimeClient, RuntimeUnreachable
 from bloom.clients.wire import Grant, TaskInfo
+from bloom.domain.clis import DEFAULT_CLI
 from bloom.domain.ids import canonical_id
 from bloom.memory.actions import Action
 from bloom.memory.settings import MemorySettings
@@ -62,7 +63,6 @@ class Worker:
         self.environ = environ
         self.agents = registry.adapters(settings)
         """The agent CLIs this worker runs, by name."""
-        self.claude = self.agents["claude"]
         self.clis: dict[str, str] = {}
         """The CLIs this worker can run, with their versions (`detect_clis`)."""
         # the file keeps its first name, so an upgraded worker still resumes its conversations
@@ -82,21 +82,26 @@ class Worker:
         """The leases of those runs."""
         self.fetching: set[str] = set()
         """Leases dispatched here whose task is being fetched from the runtime (slots taken)."""
+        self.unready: dict[str, str] = {}
+        """The CLIs this machine has that cannot run now, and why (no credentials and what to
+        do, or refused ones waited on): left out of the `clis` it registers."""
         self.not_ready: str | None = None
-        """Why this worker cannot run Claude now (no credentials, and what to do), if so."""
-        self.refused_credentials: str | None = None
-        """The fingerprint of the credentials the CLI could not authenticate with, while the
+        """Why this worker can run none of its CLIs now, if so (then it is not `ready`)."""
+        self.refused_credentials: dict[str, str] = {}
+        """By CLI, the fingerprint of the credentials it could not authenticate with, while the
         worker waits for them to change (BLOOM_WORKER_ON_AUTH_FAILURE=wait)."""
 
     def registration(self, status: str = "online", readiness: bool = True) -> dict[str, Any]:
-        """The registration body; with `readiness` (the runtime's, not Membridge's), whether
-        the worker can run Claude now (`ready`) and, when not, why (`not_ready`), and whether it
-        takes tasks with a workspace."""
+        """The registration body; with `readiness` (the runtime's, not Membridge's), the CLIs
+        the worker can run now (`clis`: those it has, less those without credentials), whether
+        it can run any (`ready`) and, when not, why (`not_ready`), and whether it takes tasks
+        with a workspace."""
         url = self.settings.advertised_agent_url
         ready: dict[str, Any] = {}
         if readiness:
             ready = {"ready": self.not_ready is None, "workspaces": self.settings.serves_workspaces}
-            ready |= {"clis": self.clis} if self.clis else {}
+            runnable = {name: v for name, v in self.clis.items() if name not in self.unready}
+            ready |= {"clis": runnable} if runnable else {}
             ready |= {"not_ready": self.not_ready} if self.not_ready else {}
         return {
             "name": self.settings.name,
@@ -170,35 +175,62 @@ class Worker:
         run.add_done_callback(lambda _: self.pushed_leases.discard(lease_id))
         return grant
 
-    async def check_credentials(self) -> None:
-        """Look for the Claude CLI's credentials (without calling a model), as the CLI will be
-        run; say so when they go missing, and when they come back."""
-        env = self.claude.environment(self.environ, "default")
-        reason = await asyncio.to_thread(self.claude.credentials_problem, env)
-        if self.refused_credentials is not None:
-            if (
-                reason is None
-                and self.claude.credentials_fingerprint(env) == self.refused_credentials
-            ):
-                reason = self.not_ready  # the same credentials the CLI could not use
-            else:
-                self.refused_credentials = None  # gone, or changed: found again, they are back
-        if reason and reason != self.not_ready:
-            log.warning("claude_not_ready", reason=reason)
-        elif reason is None and self.not_ready:
-            log.info("claude_ready", worker=self.settings.name)
-        self.not_ready = reason
+    def _has(self) -> list[str]:
+        """The CLIs this machine has (`detect_clis`; Claude always), in the adapters' order."""
+        return [name for name in self.agents if name in self.clis or name == DEFAULT_CLI]
 
-    async def credentials_refused(self, message: str) -> None:
-        """A run could not authenticate and the worker waits for its credentials (instead of
-        failing the task): it registers as not ready, taking no work until `check_credentials`
-        finds its credentials changed, or gone and then back."""
-        env = self.claude.environment(self.environ, "default")
-        self.refused_credentials = self.claude.credentials_fingerprint(env)
+    async def check_credentials(self) -> None:
+        """Look for each CLI's credentials (without calling a model), as the CLI will be run
+        (its adapter's `credentials_problem`); say so when they go missing, and when they come
+        back."""
+        unready = {}
+        for name in self._has():
+            agent = self.agents[name]
+            env = agent.environment(self.environ, "default")
+            reason = await asyncio.to_thread(agent.credentials_problem, env)
+            refused = self.refused_credentials.get(name)
+            if refused is not None:
+                if reason is None and agent.credentials_fingerprint(env) == refused:
+                    reason = self.unready.get(name)  # the same credentials the CLI could not use
+                else:  # gone, or changed: found again, they are back
+                    del self.refused_credentials[name]
+            if reason:
+                unready[name] = reason
+        self._unready(unready)
+
+    def _unready(self, unready: dict[str, str]) -> None:
+        """The CLIs that cannot run now are `unready` (by name, why): each change logged
+        (`<cli>_not_ready`, `<cli>_ready`); with none left to run, the worker is not ready."""
+        for name in self._has():
+            reason, was = unready.get(name), self.unready.get(name)
+            if reason and reason != was:
+                log.warning(f"{name}_not_ready", reason=reason)
+            elif reason is None and was:
+                log.info(f"{name}_ready", worker=self.settings.name)
+        self.unready = unready
+        has = self._has()
+        if any(name not in unready for name in has):
+            self.not_ready = None
+        elif len(has) == 1:
+            self.not_ready = unready[has[0]]
+        else:
+            said = "; ".join(self._named(name, unready[name]) for name in has)
+            self.not_ready = said[:MAX_NOT_READY]
+
+    def _named(self, cli: str, reason: str) -> str:
+        """`reason` saying which CLI it is about (as it does already when it names it)."""
+        return reason if f"{self.agents[cli].title} CLI" in reason else f"{cli}: {reason}"
+
+    async def credentials_refused(self, cli: str, message: str) -> None:
+        """A run of the CLI `cli` could not authenticate and the worker waits for its
+        credentials (instead of failing the task): it registers without that CLI (not ready
+        when it has no other), taking none of its tasks until `check_credentials` finds its
+        credentials changed, or gone and then back."""
+        agent = self.agents[cli]
+        env = agent.environment(self.environ, "default")
+        self.refused_credentials[cli] = agent.credentials_fingerprint(env)
         reason = message[: MAX_NOT_READY - len(WAITING)].rstrip(" .") + WAITING
-        if reason != self.not_ready:
-            log.warning("claude_not_ready", reason=reason)
-        self.not_ready = reason
+        self._unready(self.unready | {cli: reason})
         try:
             await self.client.register_worker(self.registration())
         except (RuntimeUnreachable, RuntimeApiError) as exc:
@@ -339,7 +371,7 @@ class Worker:
                 log.info("worker_paused", seconds=round(self.pause.remaining_sec()))
                 await self._sleep(self.pause.remaining_sec())
                 continue
-            if self.refused_credentials is not None:  # not ready: the runtime grants nothing
+            if self._waiting():  # not ready: the runtime grants nothing
                 await self._sleep(PRESENCE_SEC)
                 continue
             claim = asyncio.create_task(
@@ -371,6 +403,10 @@ class Worker:
             while grant is not None:  # the complete of each may have claimed the next
                 grant = await self._run(grant, follow=True)
 
+    def _waiting(self) -> bool:
+        """Waiting for refused credentials with no CLI left to run (not ready)."""
+        return bool(self.refused_credentials) and self.not_ready is not None
+
     def _takes_next(self, task: TaskInfo) -> bool:
         """Whether a slot ending `task` has room for its next one at once (the complete claims
         it): not when stopping, paused, waiting for credentials, or about to push the task's
@@ -378,7 +414,7 @@ class Worker:
         return not (
             self.stopping.is_set()
             or self.pause.remaining_sec() > 0
-            or self.refused_credentials is not None
+            or self._waiting()
             or (self.memory_auto is not None and self.memory_auto.covers(task.agent_slug))
         )
 

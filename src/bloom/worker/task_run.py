@@ -131,7 +131,7 @@ class TaskRun:
         pause: Pause,
         grant: Grant,
         environ: Mapping[str, str] = os.environ,
-        credentials_refused: Callable[[str], Awaitable[None]] | None = None,
+        credentials_refused: Callable[[str, str], Awaitable[None]] | None = None,
         claim_next: Callable[[TaskInfo], bool] | None = None,
         features: Features | None = None,
         agent: AgentCli | None = None,
@@ -141,8 +141,9 @@ class TaskRun:
         """The task's agent CLI: everything particular to it goes through this boundary (None:
         this worker has none for the task's `cli`)."""
         self.credentials_refused = credentials_refused
-        """Told (before the attempt is reported) when the CLI could not authenticate and the
-        worker waits for its credentials instead of failing the task."""
+        """Told (before the attempt is reported, with the CLI's name and the error) when the CLI
+        could not authenticate and the worker waits for its credentials instead of failing the
+        task."""
         self.claim_next = claim_next
         """Asked as the complete is sent: whether it should claim this slot's next task (a free
         slot: not stopping, paused or waiting for credentials). None: never (a pushed run)."""
@@ -200,7 +201,7 @@ class TaskRun:
         if outcome.error_code is ErrorCode.AUTH_FAILED and self.settings.on_auth_failure == "wait":
             outcome = await self._give_back(outcome)
         following = await self._report(outcome)
-        metrics.attempt_ended(outcome, report.duration_ms)
+        metrics.attempt_ended(outcome, report.duration_ms, self.task.cli)
         self.log.info(
             "task_done",
             task_id=task_id,
@@ -278,7 +279,7 @@ class TaskRun:
         counted, for a worker whose credentials work."""
         message = outcome.error_message or f"The {self._adapter().title} CLI could not authenticate"
         if self.credentials_refused is not None:
-            await self.credentials_refused(message)
+            await self.credentials_refused(self.task.cli, message)
         return replace(
             outcome,
             error_code=ErrorCode.RATE_LIMITED,

@@ -145,12 +145,18 @@ def test_pages_fit_a_phone_and_follow_dark_mode(stack: Stack, pages: Pages) -> N
     task_id = stack.submit("on a phone")
     stack.wait(task_id)
     phone = pages.logged_in("ada", "/", viewport={"width": 375, "height": 812}, color_scheme="dark")
-    paths = ("/", "/tasks", f"/tasks/{task_id}", "/workers", "/membridge", "/audit", "/settings")
-    for path in (*paths, "/projects"):
+    expect(phone.locator("#cost-by-cli")).to_contain_text("claude")  # the cost per agent CLI
+    paths = ("/", "/tasks?cli=claude", f"/tasks/{task_id}", "/workers", "/membridge", "/audit")
+    for path in (*paths, "/settings", "/projects"):
         phone.goto(stack.runtime.url + path)
         width = phone.evaluate("document.documentElement.scrollWidth")
         assert width <= phone.evaluate("window.innerWidth"), f"{path} is {width} px wide"
         assert phone.evaluate(NAV_ROWS) <= 2, f"{path}'s header takes more than two rows"
+    phone.goto(stack.runtime.url + f"/tasks/{task_id}")
+    expect(phone.locator("#task-cli")).to_have_text("claude")
+    phone.locator("#task-cli a").click()  # its CLI's tasks: the filter chosen, the task listed
+    expect(phone.locator("form.filters select[name=cli]")).to_have_value("claude")
+    expect(phone.locator("#task-rows")).to_contain_text("on a phone")
     phone.goto(stack.runtime.url + "/audit")
     detail = phone.locator("#audit-rows td.detail").first.bounding_box()
     assert detail is not None

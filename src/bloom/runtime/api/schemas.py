@@ -70,6 +70,9 @@ from bloom.runtime.services.tasks import NewTask
 from bloom.runtime.services.workspaces import WorkspaceRequest
 from bloom.web.guards import contains_nul
 
+Cli = Literal["claude", "codex", "gemini"]
+"""An agent CLI's name (`bloom.domain.clis.CLIS`)."""
+
 TTL = Annotated[StrictInt, Field(ge=1, le=86_400)]
 MAX_ID_CHARS = 200
 MAX_PROMPT_CHARS = 200_000
@@ -264,7 +267,7 @@ class CreateTaskBody(Body):
         description="A dependency that ends failed, dead or cancelled: cancel this task "
         "(default), or run it anyway, told which dependency failed.",
     )
-    cli: Literal["claude", "codex", "gemini"] = Field(
+    cli: Cli = Field(
         "claude",
         description="The agent CLI that runs the task (docs/agents.md); it goes only to a "
         "worker that has it.",
@@ -532,8 +535,8 @@ class CapabilitiesBody(Body):
     labels: list[Label] = Field(default_factory=list, max_length=64)
     ready: StrictBool | None = Field(
         None,
-        description="Whether the worker can run Claude now (false: no credentials; unset: ready, "
-        "as the seed's workers are).",
+        description="Whether the worker can run any of its CLIs now (false: no credentials; "
+        "unset: ready, as the seed's workers are).",
     )
     not_ready: StrictStr | None = Field(
         None, max_length=1000, description="Why the worker is not ready, and what to do."
@@ -543,13 +546,11 @@ class CapabilitiesBody(Body):
         description="Whether the worker runs tasks with a workspace (git present, clones "
         "allowed): only such a worker is given them.",
     )
-    clis: (
-        dict[Literal["claude", "codex", "gemini"], Annotated[StrictStr, Field(max_length=64)]]
-        | None
-    ) = Field(
+    clis: dict[Cli, Annotated[StrictStr, Field(max_length=64)]] | None = Field(
         None,
-        description='The agent CLIs the worker runs, with their versions ({"claude": '
-        '"2.1.330"}): a task goes only to a worker that has its `cli`. Unset: Claude only.',
+        description="The agent CLIs the worker runs now (it has them, and their credentials), "
+        'with their versions ({"claude": "2.1.330"}): a task goes only to a worker that has '
+        "its `cli`. Unset: Claude only.",
     )
 
 

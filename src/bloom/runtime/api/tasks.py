@@ -18,7 +18,7 @@ from bloom.runtime.api.deps import (
     app_container,
     caller_of,
 )
-from bloom.runtime.api.schemas import CreateTaskBody, CreateTasksBody, TasksCreated
+from bloom.runtime.api.schemas import Cli, CreateTaskBody, CreateTasksBody, TasksCreated
 from bloom.runtime.http import JSON, invalid
 
 router = APIRouter(prefix="/api/runtime", tags=["tasks"])
@@ -65,10 +65,11 @@ async def list_tasks(
     tasks: Tasks,
     budgets: Budgets,
     status: TaskStatus | None = None,
+    cli: Annotated[Cli | None, Query(description="Only the tasks of this agent CLI.")] = None,
     limit: Annotated[int, Query(ge=1, description="At most 5000 are returned.")] = 500,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JSON:
-    found = await tasks.find(status=status, limit=min(limit, MAX_PAGE), offset=offset)
+    found = await tasks.find(status=status, cli=cli, limit=min(limit, MAX_PAGE), offset=offset)
     return JSON(await budgets.with_holds(found))
 
 

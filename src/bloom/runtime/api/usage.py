@@ -17,8 +17,8 @@ INSTANT = "Epoch milliseconds, or ISO 8601 (a date or a date-time; UTC unless it
 @router.get(
     "/usage",
     response_model=UsageAnswer,
-    summary="Cost, tokens and attempts summed by project, context, agent, worker, model, day "
-    "or hour",
+    summary="Cost, tokens and attempts summed by project, context, agent, worker, model, "
+    "agent CLI, day or hour",
 )
 async def usage(
     usage: Usage,

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from bloom.domain.audit import ENTITY_TYPES, AuditAction
+from bloom.domain.clis import CLIS
 from bloom.domain.errors import BadGateway, NotFound, ServiceError
 from bloom.domain.identity import Role
 from bloom.domain.models import Artifact, Result
@@ -77,9 +78,11 @@ async def overview(request: Request, part: Part = None, window: Text = "hour") -
     summary = await c.history.overview(window_ms=window_ms, bucket_ms=bucket_ms)
     recent = await c.tasks.page(TaskFilter(), after=None, limit=8)
     cost = await c.usage.report(UsageGroup.PROJECT, limit=COST_ROWS)
+    cost_by_cli = await c.usage.report(UsageGroup.CLI, limit=COST_ROWS)
     now = c.clock()
     context = {
         "cost": cost,
+        "cost_by_cli": cost_by_cli,
         "o": summary,
         "window": chosen,
         "windows": list(WINDOWS),
@@ -103,6 +106,7 @@ async def tasks_page(
     worker: Text = None,
     context: Text = None,
     agent: Text = None,
+    cli: Text = None,
     q: Text = None,
     after: Text = None,
 ) -> HTMLResponse:
@@ -113,6 +117,7 @@ async def tasks_page(
         worker_id=_blank(worker),
         context_id=_blank(context),
         agent_slug=_blank(agent),
+        cli=cli if cli in CLIS else None,
         text=_blank(q),
     )
     cursor = Cursor.decode(after) if after else None
@@ -127,6 +132,7 @@ async def tasks_page(
             "worker": found.worker_id,
             "context": found.context_id,
             "agent": found.agent_slug,
+            "cli": found.cli,
             "q": found.text,
         }.items()
         if value
@@ -139,6 +145,7 @@ async def tasks_page(
         "paged": cursor is not None,
         "filters": query,
         "statuses": [s.value for s in TaskStatus],
+        "clis": CLIS,
         "counts": counts,
         "total": sum(counts.values()),
         "online": sum(1 for w in workers if w.status is WorkerStatus.ONLINE),

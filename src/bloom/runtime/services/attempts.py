@@ -576,8 +576,8 @@ class AttemptService:
             task = entry.completed.task
             if entry.events_stored:
                 self.events.announce(task.id)
-            metrics.attempt_ended(task.status, entry.lease, now)
-            metrics.usage_recorded(task.agent_slug, entry.usage)
+            metrics.attempt_ended(task, entry.lease, now)
+            metrics.usage_recorded(task, entry.usage)
             budgets.announce(task.agent_slug, entry.passed)
             exhausted |= any(crossing.exhausted for crossing in entry.passed)
         if exhausted:

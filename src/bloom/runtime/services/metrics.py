@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Histogram
 
 from bloom.domain.budget import Crossing
+from bloom.domain.clis import cli_label
 from bloom.domain.clock import Clock
 from bloom.domain.models import Lease, Task
 from bloom.domain.stall import OnStall
@@ -20,8 +21,8 @@ SECONDS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 360
 TASK_OUTCOMES = Counter(
     "bloom_task_outcomes_total",
     "Attempts ended by a complete, by the task's next status "
-    "(completed, queued for a retry, failed, dead, cancelled).",
-    ["status"],
+    "(completed, queued for a retry, failed, dead, cancelled) and its agent CLI.",
+    ["status", "cli"],
 )
 QUEUE_WAIT = Histogram(
     "bloom_task_queue_wait_seconds",
@@ -56,15 +57,15 @@ CLAIM_SECONDS = Histogram(
 USAGE_COST = Counter(
     "bloom_usage_cost_usd_total",
     "What attempts cost as their workers reported it, in US dollars, by project (a task's "
-    "agent_slug; see bloom_usage_tokens_total for the label's bound).",
-    ["project"],
+    "agent_slug; see bloom_usage_tokens_total for the label's bound) and agent CLI.",
+    ["project", "cli"],
 )
 USAGE_TOKENS = Counter(
     "bloom_usage_tokens_total",
-    f"Tokens attempts used, by project and kind (input, output). The first "
+    f"Tokens attempts used, by project, agent CLI and kind (input, output). The first "
     f"{MAX_PROJECT_LABELS} projects a process sees get a label of their own; the rest are "
     f"counted under '{OTHER_PROJECTS}'.",
-    ["project", "kind"],
+    ["project", "cli", "kind"],
 )
 BUDGET_MARKS = Counter(
     "bloom_budget_marks_total",
@@ -103,20 +104,20 @@ def claim_answered(granted: bool, seconds: float) -> None:
     CLAIM_SECONDS.labels("granted" if granted else "empty").observe(seconds)
 
 
-def attempt_ended(next_status: TaskStatus, lease: Lease, now: int) -> None:
-    """A complete was committed: the task's next status, and the attempt's run time."""
-    TASK_OUTCOMES.labels(str(next_status)).inc()
+def attempt_ended(task: Task, lease: Lease, now: int) -> None:
+    """A complete was committed: the task's next status and CLI, and the attempt's run time."""
+    TASK_OUTCOMES.labels(str(task.status), cli_label(task.cli)).inc()
     RUN_TIME.observe(max(now - lease.started_at, 0) / 1000)
 
 
-def usage_recorded(project: str, usage: Usage) -> None:
-    """A result with `usage` was committed for a task of `project`."""
-    label = _project_label(project)
+def usage_recorded(task: Task, usage: Usage) -> None:
+    """A result with `usage` was committed for `task` (counted by its project and CLI)."""
+    project, cli = _project_label(task.agent_slug), cli_label(task.cli)
     if usage.cost_usd:
-        USAGE_COST.labels(label).inc(usage.cost_usd)
+        USAGE_COST.labels(project, cli).inc(usage.cost_usd)
     for kind, tokens in (("input", usage.input_tokens), ("output", usage.output_tokens)):
         if tokens:
-            USAGE_TOKENS.labels(label, kind).inc(tokens)
+            USAGE_TOKENS.labels(project, cli, kind).inc(tokens)
 
 
 def budget_crossed(project: str, crossing: Crossing) -> None:

@@ -46,6 +46,7 @@ class TaskFilter:
     worker_id: str | None = None
     context_id: str | None = None
     agent_slug: str | None = None
+    cli: str | None = None
     text: str | None = None
 
     def equal(self) -> dict[str, str]:
@@ -55,6 +56,7 @@ class TaskFilter:
             "worker_id": self.worker_id,
             "context_id": self.context_id,
             "agent_slug": self.agent_slug,
+            "cli": self.cli,
         }
         return {name: str(value) for name, value in values.items() if value is not None}
 
@@ -324,9 +326,12 @@ class TaskService:
             raise NotFound("Task not found")
         return task
 
-    async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
+    async def find(
+        self, *, status: str | None, limit: int, offset: int = 0, cli: str | None = None
+    ) -> list[Task]:
+        """Newest first: those in `status` and of the agent CLI `cli` (None: any)."""
         async with self.db.read() as tx:
-            return await tx.tasks.find(status=status, limit=limit, offset=offset)
+            return await tx.tasks.find(status=status, limit=limit, offset=offset, cli=cli)
 
     async def page(self, filter: TaskFilter, *, after: Cursor | None, limit: int) -> Page[Task]:
         """Tasks matching `filter`, newest first by (created_at, id), from after the cursor.

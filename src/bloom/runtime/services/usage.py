@@ -1,5 +1,5 @@
-"""What the fleet's work cost: results' usage summed by project, context, worker, model or time
-over a window."""
+"""What the fleet's work cost: results' usage summed by project, context, worker, model, agent
+CLI or time over a window."""
 
 from dataclasses import asdict
 

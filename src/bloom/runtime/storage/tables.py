@@ -82,11 +82,12 @@ Index(
 Index("ix_llm_tasks_created_at", llm_tasks.c.created_at)
 Index("ix_llm_tasks_status_created_at", llm_tasks.c.status, llm_tasks.c.created_at)
 Index("ix_llm_tasks_idempotency_key", llm_tasks.c.idempotency_key, unique=True)
-# ours: the dashboard's listings of one worker's, context's or agent's tasks, newest first (without
-# them, one with few or only old tasks has the newest-first scan read the whole table)
+# ours: the dashboard's listings of one worker's, context's, agent's or CLI's tasks, newest first
+# (without them, one with few or only old tasks has the newest-first scan read the whole table)
 Index("ix_llm_tasks_worker_created_at", llm_tasks.c.worker_id, llm_tasks.c.created_at)
 Index("ix_llm_tasks_context_created_at", llm_tasks.c.context_id, llm_tasks.c.created_at)
 Index("ix_llm_tasks_agent_created_at", llm_tasks.c.agent_slug, llm_tasks.c.created_at)
+Index("ix_llm_tasks_cli_created_at", llm_tasks.c.cli, llm_tasks.c.created_at)
 # ours: a workspace task is claimed only while no other task of its branch is in flight
 Index(
     "ix_llm_tasks_workspace_key",

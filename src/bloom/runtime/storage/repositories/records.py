@@ -126,6 +126,7 @@ _USAGE_KEYS = {
     UsageGroup.CONTEXT: tsk.c.context_id,
     UsageGroup.WORKER: res.c.worker_id,
     UsageGroup.MODEL: res.c.model,
+    UsageGroup.CLI: tsk.c.cli,
 }
 
 
@@ -141,7 +142,7 @@ def _usage_statement(group: UsageGroup) -> Any:
     else:
         key = _USAGE_KEYS[group]
     stmt = select(key.label("key"), *_USAGE_SUMS).where(*_WINDOW).group_by(key)
-    if group in (UsageGroup.PROJECT, UsageGroup.AGENT, UsageGroup.CONTEXT):
+    if group in (UsageGroup.PROJECT, UsageGroup.AGENT, UsageGroup.CONTEXT, UsageGroup.CLI):
         stmt = stmt.select_from(res.join(tsk, tsk.c.id == res.c.task_id))
     if bucket_ms is not None:
         return stmt.order_by(key).limit(bindparam("b_limit"))

@@ -108,7 +108,6 @@ _LIST = (
     .limit(bindparam("b_limit"))
     .offset(bindparam("b_offset"))
 )
-_LIST_BY_STATUS = _LIST.where(t.c.status == bindparam("b_status"))
 _OLDEST_QUEUED = select(func.min(t.c.created_at)).where(is_state(t.c.status, "queued"))
 
 _PAGE_EQUALS = {
@@ -116,9 +115,16 @@ _PAGE_EQUALS = {
     "worker_id": t.c.worker_id,
     "context_id": t.c.context_id,
     "agent_slug": t.c.agent_slug,
+    "cli": t.c.cli,
 }
 """The page filters that are equality on a column, by their parameter name; each has an index
 on (it, created_at)."""
+
+
+@functools.cache
+def _list_statement(equal: frozenset[str]) -> Any:
+    """`_LIST` under equalities, named by their parameters (`b_status`, `b_cli`)."""
+    return _LIST.where(*(_PAGE_EQUALS[name[2:]] == bindparam(name) for name in sorted(equal)))
 
 
 def _listing(equal: frozenset[str], after: bool) -> Any:
@@ -449,11 +455,15 @@ class TaskRepository(Repository):
         request_hash = values.pop("request_hash")
         return to_entity(Task, values), request_hash
 
-    async def find(self, *, status: str | None, limit: int, offset: int = 0) -> list[Task]:
-        params = {"b_limit": limit, "b_offset": offset}
-        if status is None:
-            return await self.all(Task, _LIST, params)
-        return await self.all(Task, _LIST_BY_STATUS, params | {"b_status": status})
+    async def find(
+        self, *, status: str | None, limit: int, offset: int = 0, cli: str | None = None
+    ) -> list[Task]:
+        """Newest first, from `offset`: the tasks in `status` of the agent CLI `cli` (None:
+        any)."""
+        equal = {"status": status, "cli": cli}
+        params: dict[str, Any] = {f"b_{k}": v for k, v in equal.items() if v is not None}
+        statement = _list_statement(frozenset(params))
+        return await self.all(Task, statement, params | {"b_limit": limit, "b_offset": offset})
 
     async def page(
         self,
@@ -465,8 +475,8 @@ class TaskRepository(Repository):
         window: int,
     ) -> tuple[list[Task], Cursor | None]:
         """Up to `limit` tasks, newest first, older than `after`: those whose columns equal
-        `equal` (status, worker_id, context_id, agent_slug) and, with `text`, whose prompt holds
-        it (in any ASCII case) or whose id does (a shown short id is the id's tail).
+        `equal` (status, worker_id, context_id, agent_slug, cli) and, with `text`, whose prompt
+        holds it (in any ASCII case) or whose id does (a shown short id is the id's tail).
 
         Under one equality or none, its index holds just those tasks: the page reads `limit`
         rows. Under more, or a text, it searches a window of the next `window` tasks, newest
