@@ -46,7 +46,7 @@ class BloomGroup(LazyGroup):
             "usage",
             "bloom.cli.usage:usage",
             "What the fleet's work cost: cost, tokens, turns and attempts per project (a task's "
-            "agent_slug), context, agent, worker, model, day or hour, today by default.",
+            "agent_slug), context, agent, worker, model, agent CLI, day or hour, today by default.",
         ),
         LazyCommand(
             "budget", "bloom.cli.budget:app", "Budgets per project: daily and monthly, in USD."
