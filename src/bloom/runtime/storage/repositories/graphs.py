@@ -174,6 +174,7 @@ _NODE_COLUMNS = (
     t.c.cancelled_for,
     d.c.ref,
     d.c.settled,
+    d.c.with_artifacts,
 )
 _UPSTREAM = (
     select(*_NODE_COLUMNS)
