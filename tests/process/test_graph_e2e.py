@@ -25,6 +25,10 @@ def submit_after(stack: Stack, prompt: str, *after: str, options: tuple[str, ...
 
 def test_b_waits_for_a_and_its_cli_gets_a_s_answer(stack: Stack) -> None:
     first = stack.submit("the word is lighthouse [[sleep 2]]")
+    alone = ["task", "submit", "x", "--with-artifacts", "--url", stack.runtime.url]
+    refused = CliRunner().invoke(app, alone, env=NO_KEY)
+    assert refused.exit_code == 2
+    assert "--with-artifacts needs --after" in refused.output
     second = submit_after(stack, "repeat the word", first, options=("--with-artifacts",))
     assert stack.task(second)["status"] == "blocked"
     stack.add_worker("w1")
