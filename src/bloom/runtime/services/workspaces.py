@@ -92,8 +92,9 @@ class WorkspaceService:
                 raise NotFound("The task has no workspace")
             results = await tx.results.of_branch(key, HISTORY_LIMIT)
             steps = [_step(result) for result in results if result.workspace]
-            start = None if steps else await self._origin(tx, task)
-            steps = await self._from_dependencies(tx, task, steps)
+            own = bool(steps)
+            steps, origin = await self._from_dependencies(tx, task, steps)
+        start = None if own or origin is None else _start(origin)
         head = steps[-1]["head"] if steps else None
         changed = [step for step in steps if step["head"] != step["base"]]
         if with_patches:
@@ -103,7 +104,7 @@ class WorkspaceService:
             "task_id": task_id,
             "workspace": task.workspace,
             "head": head,
-            "start": _start(start[0]) if start else None,
+            "start": start,
             "steps": changed,
         }
 
@@ -126,11 +127,13 @@ class WorkspaceService:
 
     async def _from_dependencies(
         self, tx: Repositories, task: Task, steps: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[list[dict[str, Any]], Result | None]:
         """`steps` with the steps they grew from: while the branch's first writer (or, with no
         steps yet, `task`) started at a dependency's head, that dependency's branch up to it
-        comes first (at most `HISTORY_LIMIT` steps in all)."""
+        comes first (at most `HISTORY_LIMIT` steps in all); and the first such dependency's
+        success (None: there is none)."""
         seen: set[str] = set()
+        first_origin: Result | None = None
         while len(steps) < HISTORY_LIMIT:
             first = task if not steps else await tx.tasks.get(steps[0]["task_id"])
             if first is None or first.id in seen:
@@ -140,16 +143,16 @@ class WorkspaceService:
             if origin is None:
                 break
             result, key = origin
-            head = (result.workspace or {}).get("head")
-            if steps and steps[0]["base"] != head:
+            if steps and steps[0]["base"] != (result.workspace or {}).get("head"):
                 break  # it continued a branch of its own, not the dependency's
-            branch = await tx.results.of_branch(key, HISTORY_LIMIT)
-            earlier = [_step(r) for r in branch if r.workspace]
+            first_origin = first_origin or result
+            earlier = [_step(r) for r in await tx.results.of_branch(key, HISTORY_LIMIT)]
             ids = [step["result_id"] for step in earlier]
-            if result.id not in ids:
+            if result.id not in ids:  # past the newest steps of its branch: its own step only
+                steps = [_step(result), *steps]
                 break
             steps = earlier[: ids.index(result.id) + 1] + steps
-        return steps[-HISTORY_LIMIT:]
+        return steps[-HISTORY_LIMIT:], first_origin
 
     async def waiting_for(self, task: Task) -> dict[str, Any] | None:
         """Why a queued task waits: workers are online but none has its agent CLI
