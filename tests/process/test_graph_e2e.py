@@ -1,6 +1,7 @@
 """A task graph run by a real worker and the real Claude CLI against the echo model (which
-answers `echo: <prompt>`): B, submitted with `bloom task submit --after A`, waits blocked until A
-completes, and the prompt its CLI received holds A's answer in a block naming A; a fan-in then
+answers `echo: <prompt>`): B, submitted with `bloom task submit --after A --with-artifacts`, waits
+blocked until A completes, and the prompt its CLI received holds A's answer in a block naming A,
+with A's artifact; a fan-in then
 gets both answers. The whole graph is made in one batch, on each database."""
 
 from typing import Any
@@ -13,8 +14,8 @@ from tests.support.stack import Stack
 NO_KEY: dict[str, str | None] = {"BLOOM_API_KEY": None, "RUNTIME_API_KEY": None}
 
 
-def submit_after(stack: Stack, prompt: str, *after: str) -> str:
-    args = ["task", "submit", prompt, "--url", stack.runtime.url]
+def submit_after(stack: Stack, prompt: str, *after: str, options: tuple[str, ...] = ()) -> str:
+    args = ["task", "submit", prompt, "--url", stack.runtime.url, *options]
     for task_id in after:
         args += ["--after", task_id]
     result = CliRunner().invoke(app, args, env=NO_KEY)
@@ -24,7 +25,11 @@ def submit_after(stack: Stack, prompt: str, *after: str) -> str:
 
 def test_b_waits_for_a_and_its_cli_gets_a_s_answer(stack: Stack) -> None:
     first = stack.submit("the word is lighthouse [[sleep 2]]")
-    second = submit_after(stack, "repeat the word", first)
+    alone = ["task", "submit", "x", "--with-artifacts", "--url", stack.runtime.url]
+    refused = CliRunner().invoke(app, alone, env=NO_KEY)
+    assert refused.exit_code == 2
+    assert "--with-artifacts needs --after" in refused.output
+    second = submit_after(stack, "repeat the word", first, options=("--with-artifacts",))
     assert stack.task(second)["status"] == "blocked"
     stack.add_worker("w1")
     done = stack.wait(second, timeout=120)
@@ -36,8 +41,13 @@ def test_b_waits_for_a_and_its_cli_gets_a_s_answer(stack: Stack) -> None:
     assert f'<dependency task="{first}" status="completed">' in answer
     assert "echo: the word is lighthouse" in answer
     assert answer.rstrip().endswith("repeat the word")
+    # --with-artifacts: A's artifact named in its block (its content is the answer itself)
+    [artifact] = stack.http.get("/artifacts", params={"task_id": first}).json()
+    assert f'<artifact id="{artifact["id"]}" type="LLM_RESULT" bytes="' in answer
+    assert "(its content is the answer above)\n</artifact>\n</dependency>" in answer
     graph = stack.http.get(f"/llm-tasks/{second}/graph").json()
     assert [(node["id"], node["status"]) for node in graph["upstream"]] == [(first, "completed")]
+    assert graph["upstream"][0]["with_artifacts"] is True
 
 
 def test_a_diamond_made_in_one_batch_is_drained_by_two_workers(stack: Stack) -> None:

@@ -66,7 +66,12 @@ async def test_a_session_queues_a_graph_and_a_task_after_another(keyed: Stack) -
                 {
                     "tasks": [
                         {"prompt": "plan [[sleep 30]]", "ref": "plan"},
-                        {"prompt": "build", "ref": "build", "depends_on": ["plan"]},
+                        {
+                            "prompt": "build",
+                            "ref": "build",
+                            "depends_on": ["plan"],
+                            "dependency_artifacts": ["plan"],
+                        },
                         {"prompt": "check", "depends_on": ["plan"], "on_dependency_failure": "run"},
                     ]
                 },
@@ -78,10 +83,23 @@ async def test_a_session_queues_a_graph_and_a_task_after_another(keyed: Stack) -
         after = structured(
             await client.call_tool(
                 "submit_task",
-                {"prompt": "after both", "depends_on": [tasks[1]["id"], tasks[2]["id"]]},
+                {
+                    "prompt": "after both",
+                    "depends_on": [tasks[1]["id"], tasks[2]["id"]],
+                    "dependency_artifacts": [tasks[2]["id"]],
+                },
             )
         )
         assert (after["status"], after["dependencies"], after["waiting_on"]) == ("blocked", 2, 2)
+        graph = keyed.http.get(f"/llm-tasks/{after['id']}/graph").json()
+        assert [node["with_artifacts"] for node in graph["upstream"]] == [False, True]
+        graph = keyed.http.get(f"/llm-tasks/{tasks[1]['id']}/graph").json()
+        assert [node["with_artifacts"] for node in graph["upstream"]] == [True]
+        outside = await client.call_tool(
+            "submit_task",
+            {"prompt": "x", "depends_on": [tasks[1]["id"]], "dependency_artifacts": ["nope"]},
+        )
+        assert "is not named in depends_on" in error_text(outside)
         cycle = await client.call_tool(
             "submit_graph",
             {

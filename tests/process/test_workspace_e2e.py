@@ -6,7 +6,9 @@ A task's change comes back as a commit on its branch, pushed, and as a patch tha
 from its base; a follow-up in the same context adds one commit on the same branch; a run that
 changes nothing commits nothing; a worker killed with -9 mid-run loses nothing: the retry, on
 another worker that never had the repository, continues from the pushed branch, and no commit is
-made twice. With `push: false`, a node that lacks the branch rebuilds it from the patches."""
+made twice. With `push: false`, a node that lacks the branch rebuilds it from the patches. A task
+after a workspace task of another branch starts at that task's head (rebuilt where the node lacks
+it), and a task after it with its artifacts gets its patch in the prompt (docs/graphs.md)."""
 
 import asyncio
 import signal
@@ -262,3 +264,79 @@ def test_a_refused_push_is_reported_and_the_change_kept(
     quiet = stack.submit("only talk", context_id="c", workspace=workspace)
     done(stack, quiet)
     assert history(stack, quiet)["steps"] == [step]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_task_after_a_workspace_task_starts_at_its_head_and_passes_its_patch_on(
+    stack: Stack, origin: GitServer, demo: str, tmp_path: Path
+) -> None:
+    """B, on its own branch, depends on A (not pushed, run on a node that is gone): B's node
+    rebuilds A's head from A's patch, B's run sees A's file, and B's branch is A's commit and
+    its own. C, after B with its artifacts, gets B's patch in its prompt (echoed by the model)."""
+    first_worker = stack.add_worker("w1", **WORKSPACE_WORKER)
+    a_workspace = {"repo": "demo", "branch": "feature/a", "push": False}
+    a = stack.submit(f"add a {shell('echo a > a.txt')}", context_id="ctx-a", workspace=a_workspace)
+    done(stack, a)
+    [a_step] = history(stack, a)["steps"]
+    assert origin.head("demo", "feature/a") is None
+    first_worker.stop()
+
+    made = stack.http.post(
+        "/llm-tasks/batch",
+        json={
+            "tasks": [
+                {
+                    "context_id": "ctx-b",
+                    "agent_slug": "default",
+                    "prompt": f"copy a {shell('cat a.txt > b.txt')}",
+                    "ref": "b",
+                    "depends_on": [a],
+                    "workspace": {"repo": "demo", "branch": "feature/b"},
+                },
+                {
+                    "context_id": "ctx-c",
+                    "agent_slug": "default",
+                    "prompt": "review b",
+                    "depends_on": ["b"],
+                    "dependency_artifacts": ["b"],
+                },
+            ]
+        },
+    )
+    assert made.status_code == 201, made.text
+    b, c = (task["id"] for task in made.json()["tasks"])
+    stack.add_worker("w2", **WORKSPACE_WORKER)
+    assert done(stack, b)["worker_id"] == "w2"
+    steps = history(stack, b)["steps"]
+    assert [s["task_id"] for s in steps] == [a, b]
+    assert steps[1]["base"] == a_step["head"]  # rebuilt: the same commit as w1 made
+
+    checkout = clone(demo, tmp_path / "check")
+    git("checkout", "--quiet", "feature/b", cwd=checkout)
+    assert git("rev-parse", "HEAD", cwd=checkout).strip() == steps[1]["head"]
+    assert (checkout / "a.txt").read_text() == "a\n"
+    assert (checkout / "b.txt").read_text() == "a\n"  # A's file was in B's worktree
+    # B's patch applies on A's head
+    git("checkout", "--quiet", "-b", "review", a_step["head"], cwd=checkout)
+    patch = patch_of(stack, b)
+    assert patch is not None
+    subprocess.run(
+        ["git", "am", "--quiet"],
+        input=patch,
+        text=True,
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        env={"GIT_COMMITTER_NAME": "r", "GIT_COMMITTER_EMAIL": "r@x", "PATH": "/usr/bin:/bin"},
+    )
+    assert git("rev-parse", "HEAD^{tree}", cwd=checkout) == git(
+        "rev-parse", f"{steps[1]['head']}^{{tree}}", cwd=checkout
+    )
+
+    done(stack, c)
+    answer = stack.output(c)
+    patch_id = steps[1]["patch_artifact_id"]
+    assert f'<artifact id="{patch_id}" type="patch" bytes="{len(patch.encode())}">' in answer
+    assert f"Bloom-Task: {b}" in answer
+    assert "+a\n" in answer
+    assert answer.rstrip().endswith("review b")

@@ -1,6 +1,8 @@
 """Task graphs, the pure part (`domain/graph.py`): a batch's dependencies resolved and refused
 (refs, names twice, bounds, cycles, each naming its field), and the answers' blocks put before a
-dependent's prompt with their cuts (each answer, all of them, never silently)."""
+dependent's prompt with their cuts (each answer, all of them, never silently), with the
+artifacts asked for; and a workspace task's start from its dependencies (`domain/workspace.py`):
+one branch of its repository, or refused."""
 
 import itertools
 import re
@@ -16,10 +18,12 @@ from bloom.domain.graph import (
     MAX_DEPENDENCIES,
     Answer,
     GraphProblem,
+    PassedArtifact,
     Planned,
     compose,
     plan,
 )
+from bloom.domain.workspace import other_branch_dependencies, start_problem
 
 
 def refused(tasks: list[Planned], **options: str) -> GraphProblem:
@@ -29,6 +33,20 @@ def refused(tasks: list[Planned], **options: str) -> GraphProblem:
 
 
 # --- plan: refs, names, bounds --------------------------------------------------------------
+
+
+def test_dependency_artifacts_name_tasks_of_depends_on_once() -> None:
+    edges = plan([Planned("a", []), Planned("b", ["a", "x"], with_artifacts=["x", "a"])])
+    assert (edges.in_batch, edges.existing) == ([[], [0]], [[], ["x"]])
+    outside = refused([Planned("a", []), Planned("b", ["a"], with_artifacts=["c"])])
+    assert (outside.field, outside.message) == (
+        "tasks.1.dependency_artifacts",
+        '"c" is not named in depends_on',
+    )
+    twice = refused([Planned(None, ["x"], with_artifacts=["x", "x"])], field_of="")
+    assert (twice.field, twice.message) == ("dependency_artifacts", '"x" is named twice')
+    alone = refused([Planned(None, [], with_artifacts=["x"])], field_of="")
+    assert alone.field == "dependency_artifacts"
 
 
 def test_refs_resolve_to_batch_indexes_and_other_names_to_existing_ids() -> None:
@@ -275,3 +293,96 @@ def test_what_is_passed_on_never_exceeds_the_bounds_and_every_cut_is_said(
         else:
             assert block == "x" * size
     assert kept == min(sum(min(size, MAX_ANSWER_CHARS) for size in sizes), MAX_ANSWERS_CHARS)
+
+
+# --- compose: artifacts ---------------------------------------------------------------------
+
+
+def artifact(
+    id_: str, content: str | None, type_: str = "patch", is_answer: bool = False
+) -> PassedArtifact:
+    size = len(content.encode()) if content is not None else 7
+    return PassedArtifact(id_, type_, size, content, is_answer)
+
+
+def with_artifacts(task_id: str, output: str, *artifacts: PassedArtifact) -> Answer:
+    return Answer(task_id, None, "completed", output, with_artifacts=True, artifacts=artifacts)
+
+
+def test_artifacts_follow_their_answer_in_its_block() -> None:
+    text = compose(
+        "p",
+        [
+            with_artifacts(
+                "t",
+                "the answer",
+                artifact("o", "the answer", "LLM_RESULT", is_answer=True),
+                artifact("d", "+hello"),
+                artifact("s3", None),
+            )
+        ],
+    )
+    [block] = blocks(text)
+    assert block == (
+        "the answer\n"
+        '<artifact id="o" type="LLM_RESULT" bytes="10">\n(its content is the answer above)\n'
+        "</artifact>\n"
+        '<artifact id="d" type="patch" bytes="6">\n+hello\n</artifact>\n'
+        '<artifact id="s3" type="patch" bytes="7">\n'
+        "Not included (kept outside the database): GET /api/runtime/artifacts/s3/content\n"
+        "</artifact>"
+    )
+
+
+def test_asked_but_none_is_said_and_not_asked_or_not_completed_shows_none() -> None:
+    [asked] = blocks(compose("p", [with_artifacts("t", "a")]))
+    assert asked == "a\n(it left no artifacts)"
+    unasked = Answer("t", None, "completed", "a", artifacts=(artifact("d", "+x"),))
+    assert blocks(compose("p", [unasked])) == ["a"]
+    failed = Answer("t", None, "failed", None, "E", with_artifacts=True)
+    assert "artifact" not in compose("p", [failed])
+
+
+def test_artifacts_share_the_bounds_of_the_answers_and_their_cuts_say_where_the_whole_is() -> None:
+    big = "p" * (MAX_ANSWER_CHARS + 1)  # as read: one past the bound
+    answers = [
+        with_artifacts(f"t{i}", "a" * MAX_ANSWER_CHARS, artifact(f"d{i}", big)) for i in range(2)
+    ]
+    answers.append(done("late", "L"))
+    got = blocks(compose("p", answers))
+    whole = "; the whole: GET /api/runtime/artifacts/d0/content]"
+    assert "p" * MAX_ANSWER_CHARS + f"\n[... at least 1 more characters cut{whole}" in got[0]
+    assert len(got[0]) < 2 * MAX_ANSWER_CHARS + 300
+    assert "cut; the whole: GET /api/runtime/artifacts/d1/content]\n</artifact>" in got[1]
+    assert got[2] == "[1 characters cut: limit reached]"  # 4 x 64 KiB used by the first two
+
+
+# --- a workspace task's start ---------------------------------------------------------------
+
+
+def ws(branch: str, repo: str = "demo", ref: str | None = None) -> dict[str, object]:
+    return {"repo": repo, "branch": branch, "ref": ref}
+
+
+def test_a_workspace_task_starts_from_the_one_other_branch_of_its_repository() -> None:
+    mine = ws("d")
+    deps = [("a", ws("a")), ("a2", ws("a")), ("own", ws("d")), ("o", ws("a", "other")), ("p", None)]
+    assert other_branch_dependencies(mine, deps) == ["a", "a2"]
+    assert other_branch_dependencies(None, deps) == []
+    assert start_problem(mine, [("a", ws("a")), ("a2", ws("a")), ("o", ws("x", "other"))]) is None
+    assert start_problem(None, [("a", ws("a")), ("b", ws("b"))]) is None
+    assert start_problem(ws("d", ref="main"), [("own", ws("d"))]) is None
+
+
+def test_two_branches_of_its_repository_or_a_ref_beside_one_are_refused() -> None:
+    fan_in = start_problem(ws("d"), [("a", ws("a")), ("b", ws("b"))])
+    assert fan_in is not None
+    assert fan_in[0] == "depends_on"
+    assert "write 2 branches (a, b): merging branches is not built" in fan_in[1]
+    own_and_other = start_problem(ws("d"), [("own", ws("d")), ("a", ws("a"))])
+    assert own_and_other is not None
+    assert "(a, d)" in own_and_other[1]
+    with_ref = start_problem(ws("d", ref="v1"), [("a", ws("a"))])
+    assert with_ref is not None
+    assert with_ref[0] == "workspace"
+    assert "leave ref out" in with_ref[1]

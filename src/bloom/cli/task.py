@@ -70,6 +70,7 @@ def task_body(
     after: list[str] | None = None,
     on_dependency_failure: str | None = None,
     cli: str | None = None,
+    with_artifacts: bool = False,
 ) -> dict[str, Any]:
     """The `POST /llm-tasks` body for these options (unset ones left to the runtime)."""
     body: dict[str, Any] = {
@@ -101,14 +102,19 @@ def task_body(
         body["workspace"] = workspace
     if cli is not None:
         body["cli"] = cli
-    return body | graph_fields(after, on_dependency_failure)
+    return body | graph_fields(after, on_dependency_failure, with_artifacts)
 
 
-def graph_fields(after: list[str] | None, on_dependency_failure: str | None) -> dict[str, Any]:
-    """`--after`'s and `--on-dependency-failure`'s part of the body (docs/graphs.md)."""
+def graph_fields(
+    after: list[str] | None, on_dependency_failure: str | None, with_artifacts: bool = False
+) -> dict[str, Any]:
+    """`--after`'s, `--with-artifacts`' and `--on-dependency-failure`'s part of the body
+    (docs/graphs.md)."""
     fields: dict[str, Any] = {}
     if after:
         fields["depends_on"] = list(after)
+        if with_artifacts:
+            fields["dependency_artifacts"] = list(after)
     if on_dependency_failure is not None:
         fields["on_dependency_failure"] = on_dependency_failure
     return fields
@@ -210,6 +216,14 @@ def submit(
             help="With --after: when one of them fails, cancel this task or run it anyway (cancel)."
         ),
     ] = None,
+    with_artifacts: Annotated[
+        bool,
+        typer.Option(
+            "--with-artifacts",
+            help="With --after: pass on their artifacts too (a workspace task's patch), not "
+            "only their answers.",
+        ),
+    ] = False,
     cli: Annotated[
         Cli | None,
         typer.Option(
@@ -231,6 +245,8 @@ def submit(
     """Queue a task; print its id (with --wait: follow it and print its answer)."""
     if on_dependency_failure is not None and not after:
         fail("--on-dependency-failure needs --after", 2)
+    if with_artifacts and not after:
+        fail("--with-artifacts needs --after", 2)
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
@@ -255,6 +271,7 @@ def submit(
         after=after,
         on_dependency_failure=on_dependency_failure.value if on_dependency_failure else None,
         cli=cli.value if cli is not None else None,
+        with_artifacts=with_artifacts,
     )
     if not wait:
         task = call(url, lambda client: client.create_task(body))

@@ -43,6 +43,8 @@ class Planned:
 
     ref: str | None
     depends_on: Sequence[str]
+    with_artifacts: Sequence[str] = ()
+    """Of `depends_on`, those whose artifacts it asks for too (`dependency_artifacts`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,7 @@ def plan(tasks: Sequence[Planned], *, field_of: str = "tasks.{index}.") -> Edges
                 theirs.append(name)
         in_batch.append(mine)
         existing.append(theirs)
+        _check_artifacts(task, field_of.format(index=index) + "dependency_artifacts")
     cycle = _cycle(in_batch)
     if cycle is not None:
         names = " -> ".join(tasks[i].ref or str(i) for i in [*cycle, cycle[0]])
@@ -110,6 +113,18 @@ def plan(tasks: Sequence[Planned], *, field_of: str = "tasks.{index}.") -> Edges
             field_of.format(index=cycle[0]) + "depends_on", f"dependency cycle: {names}"
         )
     return Edges(in_batch, existing)
+
+
+def _check_artifacts(task: Planned, where: str) -> None:
+    """`dependency_artifacts` names tasks of its `depends_on`, each once."""
+    named = set(task.depends_on)
+    seen: set[str] = set()
+    for name in task.with_artifacts:
+        if name not in named:
+            raise GraphProblem(where, f'"{name}" is not named in depends_on')
+        if name in seen:
+            raise GraphProblem(where, f'"{name}" is named twice')
+        seen.add(name)
 
 
 def _cycle(edges: list[list[int]]) -> list[int] | None:
@@ -138,10 +153,29 @@ def _cycle(edges: list[list[int]]) -> list[int] | None:
     return None
 
 
+ARTIFACT_CONTENT_PATH = "/api/runtime/artifacts/{id}/content"
+"""Where the whole of an artifact passed on by reference (or cut) is read (a reader's key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PassedArtifact:
+    """One artifact of a dependency's answer, as its dependent is given it: what it is, and the
+    first characters of its content (None: kept outside the database, so passed by reference;
+    the grant never waits on an external store)."""
+
+    id: str
+    type: str
+    size_bytes: int | None
+    content: str | None
+    is_answer: bool = False
+    """The artifact that holds the answer's output itself: not repeated."""
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     """What one dependency left for its dependent: its id, its ref in the batch that made them
-    (or None), how it ended, and its answer (the output of its success) or its last error."""
+    (or None), how it ended, and its answer (the output of its success) or its last error;
+    with its success's artifacts when the dependent asked for them."""
 
     task_id: str
     ref: str | None
@@ -151,16 +185,19 @@ class Answer:
     read_short: bool = False
     """Only the output's first characters were read (`MAX_ANSWER_CHARS` + 1): it is longer
     still, by an amount not known here."""
+    with_artifacts: bool = False
+    """The dependent asked for this dependency's artifacts (`dependency_artifacts`)."""
+    artifacts: Sequence[PassedArtifact] = ()
 
 
-def _cut(text: str, limit: int, longer: bool = False) -> str:
+def _cut(text: str, limit: int, longer: bool = False, whole: str = "") -> str:
     if len(text) <= limit:
         return text
     more = len(text) - limit
     return text[:limit] + (
-        f"\n[... at least {more} more characters cut]"
+        f"\n[... at least {more} more characters cut{whole}]"
         if longer
-        else f"\n[... {more} more characters cut]"
+        else f"\n[... {more} more characters cut{whole}]"
     )
 
 
@@ -168,15 +205,46 @@ def _attribute(value: str) -> str:
     return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
 
 
+class _Budget:
+    """What is left of `MAX_ANSWERS_CHARS`: each text passed on at most `MAX_ANSWER_CHARS`, all
+    of them together at most the whole; what is cut is said."""
+
+    def __init__(self) -> None:
+        self.left = MAX_ANSWERS_CHARS
+
+    def take(self, body: str, longer: bool, whole: str = "") -> str:
+        limit = min(MAX_ANSWER_CHARS, self.left)
+        self.left -= min(len(body), limit)
+        if limit > 0:
+            return _cut(body, limit, longer, whole)
+        return f"[{'at least ' if longer else ''}{len(body)} characters cut: limit reached{whole}]"
+
+
+def _artifact_block(artifact: PassedArtifact, budget: _Budget) -> str:
+    attrs = f'id="{_attribute(artifact.id)}" type="{_attribute(artifact.type)}"'
+    if artifact.size_bytes is not None:
+        attrs += f' bytes="{artifact.size_bytes}"'
+    path = ARTIFACT_CONTENT_PATH.format(id=artifact.id)
+    if artifact.is_answer:
+        body = "(its content is the answer above)"
+    elif artifact.content is None:
+        body = f"Not included (kept outside the database): GET {path}"
+    else:
+        longer = len(artifact.content) > MAX_ANSWER_CHARS
+        body = budget.take(artifact.content, longer, f"; the whole: GET {path}")
+    return f"<artifact {attrs}>\n{body}\n</artifact>"
+
+
 def compose(prompt: str, answers: Sequence[Answer]) -> str:
     """The prompt a dependent task runs with: a `<dependency>` block per dependency, in the
     order it named them, naming the task (and its ref) and how it ended, holding its answer
-    (at most `MAX_ANSWER_CHARS` each, `MAX_ANSWERS_CHARS` in all: the rest cut, and said),
-    then the task's own prompt. No dependencies: the prompt as it is."""
+    and, when asked, an `<artifact>` block per artifact of its success (each text at most
+    `MAX_ANSWER_CHARS`, `MAX_ANSWERS_CHARS` in all: the rest cut, and said), then the task's
+    own prompt. No dependencies: the prompt as it is."""
     if not answers:
         return prompt
     blocks: list[str] = []
-    left = MAX_ANSWERS_CHARS
+    budget = _Budget()
     for answer in answers:
         attrs = f'task="{_attribute(answer.task_id)}"'
         if answer.ref:
@@ -188,15 +256,13 @@ def compose(prompt: str, answers: Sequence[Answer]) -> str:
             body = f"This dependency did not complete ({answer.status})" + (
                 f": {answer.error}" if answer.error else "."
             )
-        longer = answer.read_short and answer.status == "completed"
-        limit = min(MAX_ANSWER_CHARS, left)
-        used = min(len(body), limit)
-        if limit > 0:
-            body = _cut(body, limit, longer)
-        else:
-            body = f"[{'at least ' if longer else ''}{len(body)} characters cut: limit reached]"
-        left -= used
-        blocks.append(f"<dependency {attrs}>\n{body}\n</dependency>")
+        parts = [budget.take(body, answer.read_short and answer.status == "completed")]
+        if answer.with_artifacts and answer.status == "completed":
+            parts += [_artifact_block(artifact, budget) for artifact in answer.artifacts]
+            if not answer.artifacts:
+                parts.append("(it left no artifacts)")
+        inner = "\n".join(parts)
+        blocks.append(f"<dependency {attrs}>\n{inner}\n</dependency>")
     return "\n\n".join(
         [
             "The tasks this task depends on have ended; their answers:",

@@ -7,6 +7,7 @@ one task at a time: its `key` is what the claim compares.
 """
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,3 +178,53 @@ def commit_subject(prompt: str, limit: int = 72) -> str:
         if text:
             return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
     return "BLOOM task"
+
+
+def other_branch_dependencies(
+    workspace: dict[str, Any] | None, dependencies: Sequence[tuple[str, dict[str, Any] | None]]
+) -> list[str]:
+    """Of a task's dependencies (id, stored workspace), the workspace tasks of its own repository
+    that write another branch: a new branch of the task starts at their head (docs/graphs.md)."""
+    if not workspace:
+        return []
+    return [
+        task_id
+        for task_id, theirs in dependencies
+        if theirs
+        and theirs.get("repo") == workspace["repo"]
+        and theirs.get("branch") != workspace["branch"]
+    ]
+
+
+def start_problem(
+    workspace: dict[str, Any] | None,
+    dependencies: Sequence[tuple[str, dict[str, Any] | None]],
+) -> tuple[str, str] | None:
+    """Why a workspace task's dependencies cannot give it one place to start, as (field,
+    message), or None: it depends on workspace tasks of its repository that write more than one
+    branch (merging branches, a fan-in, is not built), or it names a `ref` while a dependency
+    of another branch is where it starts."""
+    if not workspace:
+        return None
+    repo = workspace["repo"]
+    branches = sorted(
+        {
+            str(theirs.get("branch"))
+            for _, theirs in dependencies
+            if theirs and theirs.get("repo") == repo
+        }
+    )
+    if len(branches) > 1:
+        return (
+            "depends_on",
+            f"it depends on workspace tasks of {repo} that write {len(branches)} branches "
+            f"({', '.join(branches)}): merging branches is not built; depend on the tasks of "
+            "one branch, or give this task no workspace",
+        )
+    if workspace.get("ref") and other_branch_dependencies(workspace, dependencies):
+        return (
+            "workspace",
+            "ref: it starts from its dependency's branch head (it depends on a workspace task "
+            f"of {repo} that writes {branches[0]}); leave ref out",
+        )
+    return None

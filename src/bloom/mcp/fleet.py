@@ -109,6 +109,7 @@ class Fleet:
         depends_on: list[str] | None = None,
         on_dependency_failure: str | None = None,
         cli: str | None = None,
+        dependency_artifacts: list[str] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt,
@@ -130,14 +131,16 @@ class Fleet:
             body["depends_on"] = list(depends_on)
         if on_dependency_failure:
             body["on_dependency_failure"] = on_dependency_failure
+        if dependency_artifacts:
+            body["dependency_artifacts"] = list(dependency_artifacts)
         if cli is not None:
             body["cli"] = cli
         return task_view(await self.client.create_task(body))
 
     async def submit_graph(self, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A whole graph in one batch (all or none): each item a task body (`prompt`, and
-        optionally `ref`, `depends_on`, `context_id`, `agent_slug`, `on_dependency_failure`,
-        `priority`); a fresh context for each that names none."""
+        optionally `ref`, `depends_on`, `dependency_artifacts`, `context_id`, `agent_slug`,
+        `on_dependency_failure`, `priority`); a fresh context for each that names none."""
         bodies: list[Mapping[str, Any]] = [
             {"context_id": f"mcp-{uuid.uuid4().hex[:12]}", "agent_slug": "default"} | task
             for task in tasks

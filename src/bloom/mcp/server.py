@@ -55,6 +55,11 @@ class GraphTask(BaseModel):
     depends_on: list[str] | None = Field(
         None, description="Refs of other tasks of the graph, or ids of existing tasks."
     )
+    dependency_artifacts: list[str] | None = Field(
+        None,
+        description="Of depends_on, those whose artifacts (a repository task's patch) are "
+        "passed on too, not only their answers.",
+    )
     context_id: str | None = Field(None, description="Omit for a fresh context.")
     agent_slug: str | None = Field(None, description="The project; default by default.")
     on_dependency_failure: Literal["cancel", "run"] | None = None
@@ -124,6 +129,13 @@ class Tools:
             Literal["cancel", "run"] | None,
             Field(description="When a dependency fails: cancel this task (default) or run it."),
         ] = None,
+        dependency_artifacts: Annotated[
+            list[str] | None,
+            Field(
+                description="Of depends_on, those whose artifacts (a repository task's patch) "
+                "are passed on too, not only their answers."
+            ),
+        ] = None,
         cli: Annotated[
             Literal["claude", "codex", "gemini"] | None,
             Field(
@@ -145,6 +157,7 @@ class Tools:
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                dependency_artifacts=dependency_artifacts,
                 cli=cli,
             )
         )

@@ -259,6 +259,13 @@ class CreateTaskBody(Body):
         f"(at most {MAX_DEPENDENCIES}); the task is `blocked` until they complete "
         "(docs/graphs.md).",
     )
+    dependency_artifacts: list[Id] = Field(
+        default_factory=list,
+        max_length=MAX_DEPENDENCIES,
+        description="Of `depends_on`, the tasks whose artifacts (their output's and, for a "
+        "workspace task, its patch) are passed on with their answers, bounded as the answers "
+        "(docs/graphs.md).",
+    )
     ref: Annotated[StrictStr, Field(min_length=1, max_length=MAX_REF_CHARS)] | None = Field(
         None, description="Its name in a batch, for later tasks of the batch to depend on."
     )
@@ -288,6 +295,7 @@ class CreateTaskBody(Body):
             idempotency_key=self.idempotency_key or idempotency_key,
             workspace=self.workspace.request() if self.workspace else None,
             depends_on=list(self.depends_on),
+            dependency_artifacts=list(self.dependency_artifacts),
             ref=self.ref,
             on_dependency_failure=OnDependencyFailure(self.on_dependency_failure),
             cli=self.cli,

@@ -136,6 +136,7 @@ def _node(row: dict[str, Any]) -> dict[str, Any]:
         "status": row["status"],
         "ref": row["ref"],
         "settled": bool(row["settled"]),
+        "with_artifacts": bool(row["with_artifacts"]),
         "agent_slug": row["agent_slug"],
         "context_id": row["context_id"],
         "created_at": row["created_at"],

@@ -25,6 +25,7 @@ from bloom.domain.states import (
     TaskStatus,
 )
 from bloom.domain.tool_policy import PolicyProblem, ToolPolicy, effective
+from bloom.domain.workspace import default_branch, start_problem
 from bloom.runtime.services import graphs
 from bloom.runtime.services.leasing import LeaseSettings, wake_for
 from bloom.runtime.services.signals import QueueSignal, Wake
@@ -85,14 +86,19 @@ class NewTask:
     """Its name in its batch, for later tasks of the batch to name in `depends_on`."""
     on_dependency_failure: OnDependencyFailure = OnDependencyFailure.CANCEL
     cli: str = DEFAULT_CLI
+    dependency_artifacts: list[str] = field(default_factory=list)
+    """Of `depends_on`, those whose artifacts are passed on with their answers."""
 
     def fingerprint(self) -> str:
         """Identifies the request's content, so a reused idempotency key can be told apart
-        (the default `cli` left out: a request from before `cli` keeps its fingerprint)."""
+        (the default `cli` and no `dependency_artifacts` left out: a request from before them
+        keeps its fingerprint)."""
         body = asdict(self)
         body.pop("idempotency_key")
         if body["cli"] == DEFAULT_CLI:
             body.pop("cli")
+        if not body["dependency_artifacts"]:
+            body.pop("dependency_artifacts")
         return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
@@ -127,6 +133,7 @@ class TaskService:
             new.idempotency_key is None
             and new.workspace is None
             and not new.depends_on
+            and not new.dependency_artifacts
             and self.db.kind == "postgresql"
         ):
             return await self._queue(new, actor or "api"), True
@@ -184,10 +191,12 @@ class TaskService:
                         _field(news, index, "depends_on"),
                         f'"{name}" is neither a task nor a ref of this batch',
                     )
-        # (status, cancelled_for) of every dependency, existing or made here
+        # (status, cancelled_for) of every dependency, existing or made here, and its workspace
         ends: dict[str, tuple[TaskStatus, str | None]] = {}
-        for task_id, (status, _) in known.items():
+        workspaces: dict[str, dict[str, Any] | None] = {}
+        for task_id, (status, _, workspace) in known.items():
             ends[task_id] = (TaskStatus(status), None)
+            workspaces[task_id] = workspace
         has_dependents = {j for mine in edges.in_batch for j in mine}
         made: dict[int, tuple[Task, bool]] = {}
         for index in _batch_order(edges):
@@ -196,12 +205,19 @@ class TaskService:
                 for j in edges.in_batch[index]:
                     task = made[j][0]
                     ends[task.id] = (task.status, task.cancelled_for)
+                    workspaces[task.id] = task.workspace
+                named = _ordered(new, news, made, edges, index)
+                problem = start_problem(
+                    _requested(new), [(task_id, workspaces[task_id]) for task_id, _, _ in named]
+                )
+                if problem is not None:
+                    raise InvalidField(_field(news, index, problem[0]), problem[1])
                 made[index] = await self._create(
                     tx,
                     new,
                     now,
                     actor,
-                    waits=_waits(new, _ordered(new, news, made, edges, index), ends),
+                    waits=_waits(new, named, ends),
                     has_dependents=index in has_dependents,
                 )
             else:
@@ -256,8 +272,11 @@ class TaskService:
                         "position": position,
                         "ref": ref,
                         "settled": settled,
+                        "with_artifacts": with_artifacts,
                     }
-                    for position, (dependency, ref, settled) in enumerate(waits.edges)
+                    for position, (dependency, ref, settled, with_artifacts) in enumerate(
+                        waits.edges
+                    )
                 ]
             )
             if task.status is TaskStatus.CANCELLED:
@@ -445,12 +464,12 @@ class TaskService:
 def _planned(news: list[NewTask]) -> Edges | None:
     """The batch's dependencies resolved (None: it has none); InvalidField (400) naming the
     task's field on a ref used twice, a cycle, a name twice, or more than the bound."""
-    if not any(new.depends_on or new.ref for new in news):
+    if not any(new.depends_on or new.ref or new.dependency_artifacts for new in news):
         return None
     single = len(news) == 1
     try:
         edges = plan(
-            [Planned(new.ref, new.depends_on) for new in news],
+            [Planned(new.ref, new.depends_on, new.dependency_artifacts) for new in news],
             field_of="" if single else "tasks.{index}.",
         )
     except GraphProblem as exc:
@@ -486,14 +505,23 @@ def _batch_order(edges: Edges) -> list[int]:
     return order
 
 
+def _requested(new: NewTask) -> dict[str, Any] | None:
+    """The workspace a create asks for, as far as its start is concerned: repo, branch, ref."""
+    if new.workspace is None:
+        return None
+    branch = new.workspace.branch or default_branch(new.context_id)
+    return {"repo": new.workspace.repo, "branch": branch, "ref": new.workspace.ref}
+
+
 def _ordered(
     new: NewTask,
     news: list[NewTask],
     made: dict[int, tuple[Task, bool]],
     edges: Edges,
     index: int,
-) -> list[tuple[str, str | None]]:
-    """The task's dependencies as (id, ref) in the order its `depends_on` named them."""
+) -> list[tuple[str, str | None, bool]]:
+    """The task's dependencies as (id, ref, with its artifacts) in the order its `depends_on`
+    named them."""
     by_name: dict[str, tuple[str, str | None]] = {}
     for j in edges.in_batch[index]:
         ref = news[j].ref
@@ -501,16 +529,17 @@ def _ordered(
         by_name[ref] = (made[j][0].id, ref)
     for task_id in edges.existing[index]:
         by_name[task_id] = (task_id, None)
-    return [by_name[name] for name in new.depends_on]
+    asked = set(new.dependency_artifacts)
+    return [(*by_name[name], name in asked) for name in new.depends_on]
 
 
 @dataclass(frozen=True, slots=True)
 class _Waits:
     """How a new task starts, from its dependencies' states: its status, its edges (id, ref,
-    settled), how many it waits on, and (cancelled) what for and why."""
+    settled, with artifacts), how many it waits on, and (cancelled) what for and why."""
 
     status: TaskStatus
-    edges: list[tuple[str, str | None, bool]]
+    edges: list[tuple[str, str | None, bool, bool]]
     waiting_on: int
     cancelled_for: str | None = None
     reason: str | None = None
@@ -518,21 +547,21 @@ class _Waits:
 
 def _waits(
     new: NewTask,
-    named: list[tuple[str, str | None]],
+    named: list[tuple[str, str | None, bool]],
     ends: dict[str, tuple[TaskStatus, str | None]],
 ) -> _Waits:
     runs_anyway = new.on_dependency_failure is OnDependencyFailure.RUN
-    edges: list[tuple[str, str | None, bool]] = []
+    edges: list[tuple[str, str | None, bool, bool]] = []
     cancelled_for: str | None = None
     reason: str | None = None
-    for task_id, ref in named:
+    for task_id, ref, with_artifacts in named:
         status, root = ends[task_id]
         settled = status is TaskStatus.COMPLETED or (runs_anyway and status in UNSUCCESSFUL)
-        edges.append((task_id, ref, settled))
+        edges.append((task_id, ref, settled, with_artifacts))
         if cancelled_for is None and not runs_anyway and status in UNSUCCESSFUL:
             cancelled_for = root or task_id
             reason = f"Dependency {task_id} ended {status}"
-    waiting_on = sum(not settled for _, _, settled in edges)
+    waiting_on = sum(not settled for _, _, settled, _ in edges)
     if cancelled_for is not None:
         return _Waits(TaskStatus.CANCELLED, edges, waiting_on, cancelled_for, reason)
     status = TaskStatus.BLOCKED if waiting_on else TaskStatus.QUEUED

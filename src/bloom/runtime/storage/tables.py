@@ -135,6 +135,8 @@ task_dependencies = Table(
     Column("position", Integer, nullable=False),
     Column("ref", Text),
     Column("settled", Boolean, nullable=False, server_default=false()),
+    # its artifacts passed on with its answer (`dependency_artifacts`)
+    Column("with_artifacts", Boolean, nullable=False, server_default=false()),
 )
 Index("ix_task_dependencies_depends_on", task_dependencies.c.depends_on)
 Index(

@@ -24,11 +24,17 @@ from sqlalchemy import (
 )
 
 from bloom.db.repository import Repository, is_state, text_rows
-from bloom.domain.graph import Answer
-from bloom.runtime.storage.tables import llm_results, llm_tasks, task_dependencies
+from bloom.domain.graph import Answer, PassedArtifact
+from bloom.runtime.storage.tables import (
+    llm_results,
+    llm_tasks,
+    runtime_artifacts,
+    task_dependencies,
+)
 
 t = llm_tasks
 d = task_dependencies
+a = runtime_artifacts
 
 _UNSETTLED_OF = (
     select(d.c.task_id).where(d.c.depends_on == bindparam("b_dependency"), not_(d.c.settled))
@@ -141,7 +147,7 @@ _MARK_ONE = (
     update(t)
     .where(t.c.id == bindparam("b_id"))
     .values(has_dependents=true())
-    .returning(t.c.id, t.c.status, t.c.last_error)
+    .returning(t.c.id, t.c.status, t.c.last_error, t.c.workspace)
 )
 
 
@@ -151,7 +157,7 @@ def _mark_several() -> Any:
         update(t)
         .where(t.c.id == named.c.id)
         .values(has_dependents=true())
-        .returning(t.c.id, t.c.status, t.c.last_error)
+        .returning(t.c.id, t.c.status, t.c.last_error, t.c.workspace)
     )
 
 
@@ -168,6 +174,7 @@ _NODE_COLUMNS = (
     t.c.cancelled_for,
     d.c.ref,
     d.c.settled,
+    d.c.with_artifacts,
 )
 _UPSTREAM = (
     select(*_NODE_COLUMNS)
@@ -184,22 +191,29 @@ _DOWNSTREAM = (
 )
 
 
-def _answers() -> Any:
-    latest = (
-        select(func.substr(llm_results.c.output, 1, bindparam("b_chars")))
+def _newest_success(column: Any) -> Any:
+    """`column` of the newest successful result of the edge's dependency (the answer's)."""
+    return (
+        select(column)
         .where(llm_results.c.task_id == d.c.depends_on, is_state(llm_results.c.status, "success"))
         .order_by(llm_results.c.completed_at.desc())
         .limit(1)
         .correlate(d)
         .scalar_subquery()
     )
+
+
+def _answers() -> Any:
     return (
         select(
             d.c.depends_on.label("task_id"),
             d.c.ref,
+            d.c.with_artifacts,
             t.c.status,
             t.c.last_error.label("error"),
-            latest.label("output"),
+            _newest_success(func.substr(llm_results.c.output, 1, bindparam("b_chars"))).label(
+                "output"
+            ),
         )
         .join(t, t.c.id == d.c.depends_on)
         .where(d.c.task_id == bindparam("b_id"))
@@ -208,6 +222,34 @@ def _answers() -> Any:
 
 
 _ANSWERS = _answers()
+_UPSTREAM_WORKSPACES = (
+    select(t.c.id, t.c.workspace)
+    .join(t, t.c.id == d.c.depends_on)
+    .where(d.c.task_id == bindparam("b_id"), t.c.workspace_key.is_not(None))
+    .order_by(d.c.position)
+)
+_ASKED_RESULTS = (
+    select(d.c.depends_on, llm_results.c.artifact_id, llm_results.c.workspace)
+    .select_from(d)
+    .join(llm_results, llm_results.c.id == _newest_success(llm_results.c.id))
+    .where(d.c.task_id == bindparam("b_id"), d.c.with_artifacts)
+)
+"""The answers' results of the dependencies whose artifacts `b_id` asked for."""
+_ARTIFACT_COLUMNS = (
+    a.c.id,
+    a.c.type,
+    a.c.size_bytes,
+    func.substr(a.c.content, 1, bindparam("b_chars")).label("content"),
+)
+_ARTIFACT_ONE = select(*_ARTIFACT_COLUMNS).where(a.c.id == bindparam("b_id"))
+
+
+def _artifacts_several() -> Any:
+    named = text_rows("named", id="b_ids")
+    return select(*_ARTIFACT_COLUMNS).join(named, a.c.id == named.c.id)
+
+
+_ARTIFACTS_SEVERAL = _artifacts_several()
 
 
 class GraphRepository(Repository):
@@ -216,10 +258,12 @@ class GraphRepository(Repository):
         self.released: list[str] = []
         """The tasks this transaction queued by ending their last dependency (to wake for)."""
 
-    async def mark_dependents(self, task_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+    async def mark_dependents(
+        self, task_ids: list[str]
+    ) -> dict[str, tuple[str, str | None, dict[str, Any] | None]]:
         """Flag these tasks as having dependents (locking their rows, in id order, to the end of
         the transaction: a complete of one of them waits, or has committed and is seen); each
-        found one's status and last error, by id."""
+        found one's status, last error and workspace, by id."""
         ordered = sorted(set(task_ids))
         if self.is_postgres and len(ordered) > 1:
             rows = await self.run(_MARK_SEVERAL, {"b_ids": ordered})
@@ -227,7 +271,7 @@ class GraphRepository(Repository):
             rows = []
             for task_id in ordered:
                 rows += await self.run(_MARK_ONE, {"b_id": task_id})
-        return {row["id"]: (row["status"], row["last_error"]) for row in rows}
+        return {row["id"]: (row["status"], row["last_error"], row["workspace"]) for row in rows}
 
     async def insert_edges(self, rows: list[dict[str, Any]]) -> None:
         """The edges (task_id, depends_on, position, ref, settled), inserted with the
@@ -270,11 +314,19 @@ class GraphRepository(Repository):
         rows = await self.run(_DOWNSTREAM, {"b_id": task_id, "b_limit": limit})
         return [dict(row) for row in rows]
 
+    async def upstream_workspaces(self, task_id: str) -> list[tuple[str, dict[str, Any]]]:
+        """The workspace tasks `task_id` depends on, in the order it named them: (id, workspace)."""
+        rows = await self.run(_UPSTREAM_WORKSPACES, {"b_id": task_id})
+        return [(row["id"], row["workspace"]) for row in rows]
+
     async def answers(self, task_id: str, chars: int) -> list[Answer]:
         """What each of `task_id`'s dependencies left for it, in the order it named them: the
         first `chars` characters of its newest successful result's output (`read_short` when
-        there may be more)."""
+        there may be more) and, where it asked for them, that result's artifacts (its output's
+        and its patch), with the first `chars` characters of what the database holds of each."""
         rows = await self.run(_ANSWERS, {"b_id": task_id, "b_chars": chars})
+        asked = any(row["with_artifacts"] for row in rows)
+        artifacts = await self._artifacts_of(task_id, chars) if asked else {}
         return [
             Answer(
                 task_id=row["task_id"],
@@ -283,6 +335,41 @@ class GraphRepository(Repository):
                 output=row["output"],
                 error=row["error"],
                 read_short=row["output"] is not None and len(row["output"]) >= chars,
+                with_artifacts=bool(row["with_artifacts"]),
+                artifacts=artifacts.get(row["task_id"], ()),
             )
             for row in rows
         ]
+
+    async def _artifacts_of(
+        self, task_id: str, chars: int
+    ) -> dict[str, tuple[PassedArtifact, ...]]:
+        """The artifacts of the answers `task_id` asked them of, by dependency: its output's,
+        then its patch (a workspace's change)."""
+        wanted: dict[str, list[tuple[str, bool]]] = {}
+        for row in await self.run(_ASKED_RESULTS, {"b_id": task_id}):
+            patch = (row["workspace"] or {}).get("patch_artifact_id")
+            named = [(row["artifact_id"], True), (patch, False)]
+            wanted[row["depends_on"]] = [(str(id_), answer) for id_, answer in named if id_]
+        ids = sorted({id_ for named in wanted.values() for id_, _ in named})
+        if self.is_postgres and len(ids) > 1:
+            rows = await self.run(_ARTIFACTS_SEVERAL, {"b_ids": ids, "b_chars": chars})
+        else:
+            rows = []
+            for id_ in ids:
+                rows += await self.run(_ARTIFACT_ONE, {"b_id": id_, "b_chars": chars})
+        found = {row["id"]: row for row in rows}
+        return {
+            dependency: tuple(
+                PassedArtifact(
+                    id=id_,
+                    type=found[id_]["type"],
+                    size_bytes=found[id_]["size_bytes"],
+                    content=found[id_]["content"],  # None: kept outside the database
+                    is_answer=is_answer,
+                )
+                for id_, is_answer in named
+                if id_ in found
+            )
+            for dependency, named in wanted.items()
+        }
