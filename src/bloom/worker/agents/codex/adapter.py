@@ -2,9 +2,7 @@
 for a context's session, its sandbox for the task's permission mode; what it cannot do (tool
 rules, ask rules, a turn limit) is refused (docs/agents.md)."""
 
-import os
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,16 +105,8 @@ class CodexCli(AgentCli):
 
     @classmethod
     def find(cls, environ: Mapping[str, str]) -> Found | None:
-        found = cli_install.find_codex(environ)
-        if found is None:
-            return None
-        path, source = found
-        version = (
-            cli_install.installed_version(cli_install.cache_dir(environ))
-            if source == "cache"
-            else version_of(path)
-        )
-        return Found(path, version, source)
+        found = cli_install.LAUNCHER.found(environ)
+        return Found(*found) if found else None
 
     @classmethod
     def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
@@ -125,10 +115,7 @@ class CodexCli(AgentCli):
     def resolved(self) -> str | None:
         """The binary to run: `binary` when the operator set it (a path, or a name on PATH),
         else `codex` on PATH, else the pinned one in the cache; None when there is none."""
-        if self.binary:
-            return self.binary if shutil.which(self.binary) else None
-        found = cli_install.find_codex({**os.environ, cli_install.BIN_ENV: ""})
-        return str(found[0]) if found else None
+        return cli_install.LAUNCHER.resolved(self.binary)
 
     def detect(self) -> str | None:
         binary = self.resolved()
