@@ -9,6 +9,10 @@ answer is `echo: <newest prompt>`; `[[sleep S]]`, `[[tokens N]]`, `[[overloaded]
 errors do), and `[[tool NAME {JSON}]]` (a `functionCall` part per turn, NAME being one of the
 CLI's own tools, e.g. `run_shell_command` with `{"command": "…"}`; once each has its
 `functionResponse`, the answer is `echo: ` and the last response's output).
+
+A request for JSON (`responseMimeType: application/json`, as the CLI's own calls are: its choice
+of a model for the turn when none is named, its checks) is answered with the smallest object
+its schema allows, the echo in its strings.
 """
 
 import asyncio
@@ -125,9 +129,37 @@ async def generate(
         "candidatesTokenCount": output_tokens,
         "totalTokenCount": prompt_tokens + output_tokens,
     }
+    config = body.get("generationConfig")
+    config = config if isinstance(config, dict) else {}
+    if config.get("responseMimeType") == "application/json":
+        schema = config.get("responseJsonSchema") or config.get("responseSchema")
+        answer, call = json.dumps(instance(schema, answer)), None
     if not stream:
         return JSONResponse(_chunk(name, [_part(answer, call)], usage, finished=True))
     return StreamingResponse(_stream(name, answer, call, usage), media_type="text/event-stream")
+
+
+def instance(schema: Any, text: str) -> Any:
+    """The smallest value `schema` (the API's OpenAPI subset, or JSON Schema) allows: its
+    first `enum` value, `text` for a string, 1 for a number, its required properties."""
+    if not isinstance(schema, dict):
+        return text
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = str(schema.get("type") or "string").lower()
+    if kind == "object":
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        required = schema.get("required")
+        names = required if isinstance(required, list) else list(properties)
+        return {str(name): instance(properties.get(name), text) for name in names}
+    if kind == "array":
+        return []
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return False
+    return text
 
 
 def _part(text: str, call: "echo.ToolCall | None") -> dict[str, Any]:

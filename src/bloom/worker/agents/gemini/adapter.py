@@ -130,6 +130,17 @@ def approval_args(fleet: list[str], tools: ToolPolicy | None, *, workspace: bool
     return [*args, "--approval-mode", approval, *rules]
 
 
+def resume_args(env: Mapping[str, str], session_id: str, cwd: Path) -> list[str]:
+    """How to continue a session: `--resume <id>` when the CLI keeps it for `cwd`'s project
+    (or not at all: it then says so, and the worker runs the task afresh); else
+    `--session-file <its file>`, which the CLI copies into `cwd`'s project as a new session
+    (its messages; a new id, the context's session from then on)."""
+    found = config.session_file(env, session_id)
+    if found is None or found[1] == config.project_hash(cwd):
+        return ["--resume", session_id]
+    return ["--session-file", str(found[0])]
+
+
 @dataclass(slots=True)
 class GeminiCli(AgentCli):
     name: ClassVar[str] = "gemini"
@@ -176,13 +187,14 @@ class GeminiCli(AgentCli):
             )
         args = ["--output-format", "stream-json", "--skip-trust"]
         args += approval_args(list(self.extra_args), tools, workspace=spec.workspace)
+        env = self.environment(environ, spec.agent_slug)
         if spec.resume:
-            args += ["--resume", spec.resume]
+            args += resume_args(env, spec.resume, spec.cwd)
         return Command(
             binary=binary,
             args=args,
             cwd=spec.cwd,
-            env=self.environment(environ, spec.agent_slug),
+            env=env,
             timeout_sec=spec.policy.timeout_sec,
             stdin=spec.prompt,
         )

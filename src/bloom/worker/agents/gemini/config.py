@@ -3,6 +3,7 @@ it has credentials."""
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from bloom.worker.agents.environment import SWITCHED_ON
 KEY_VARIABLES = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 VERTEX = ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION")
 LOGIN_FILE = "oauth_creds.json"
+SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f-]{27}")
 NO_CREDENTIALS = (
     "The Gemini CLI has no credentials: set GEMINI_API_KEY (or GOOGLE_API_KEY, or "
     "GOOGLE_GENAI_USE_VERTEXAI with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION), or log the "
@@ -62,3 +64,26 @@ def fingerprint(env: Mapping[str, str]) -> str:
         except OSError:
             parts.append(f"{name}:-")
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def project_hash(cwd: Path) -> str:
+    """How the CLI names the project a directory is (its sessions are kept per project)."""
+    return hashlib.sha256(str(cwd.resolve()).encode()).hexdigest()
+
+
+def session_file(env: Mapping[str, str], session_id: str) -> tuple[Path, str] | None:
+    """Where the CLI keeps the session `session_id` (`tmp/<project>/chats/session-<time>-<id's
+    first 8>.jsonl` in its home, its first line naming it) and the hash of its project; None
+    when it is not there."""
+    if not SESSION_ID.fullmatch(session_id):
+        return None
+    pattern = f"tmp/*/chats/session-*-{session_id[:8]}.jsonl"
+    for path in sorted(gemini_home(env).glob(pattern)):
+        try:
+            with path.open() as lines:
+                head: Any = json.loads(lines.readline())
+        except (OSError, ValueError):
+            continue
+        if isinstance(head, dict) and head.get("sessionId") == session_id:
+            return path, str(head.get("projectHash") or "")
+    return None

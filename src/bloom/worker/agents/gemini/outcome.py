@@ -37,8 +37,8 @@ USAGE_LIMIT = re.compile(
     re.IGNORECASE,
 )
 RATE_LIMITED = re.compile(
-    r"\b429\b|RESOURCE_EXHAUSTED|too many requests|rate.?limit|\b503\b|UNAVAILABLE|overloaded"
-    r"|high demand|\b500\b|INTERNAL",
+    r"\b429\b|(?-i:RESOURCE_EXHAUSTED|UNAVAILABLE|\bINTERNAL\b)|resource (?:has been )?exhausted"
+    r"|too many requests|rate.?limit|\b503\b|overloaded|high demand|\b500\b",
     re.IGNORECASE,
 )
 RETRY_IN = re.compile(

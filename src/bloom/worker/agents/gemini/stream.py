@@ -160,13 +160,8 @@ class GeminiStream:
     def _result(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         events = self._said()
         self.per_model = model_usage(event.get("stats"))
-        if self.model is None and self.per_model:
-            self.model = max(
-                self.per_model,
-                key=lambda name: (
-                    self.per_model[name]["input_tokens"] + self.per_model[name]["output_tokens"]
-                ),
-            )
+        if self.model is None and self.per_model:  # routed: the last model used is the turn's
+            self.model = list(self.per_model)[-1]
         self.usage = {
             key: sum(use[key] for use in self.per_model.values())
             for key in ("input_tokens", "cached_input_tokens", "output_tokens")
