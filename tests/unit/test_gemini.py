@@ -373,3 +373,21 @@ def test_the_echo_model_s_quota_and_overload_errors_are_the_api_s() -> None:
     }
     busy = {"contents": [{"role": "user", "parts": [{"text": "[[overloaded]]"}]}]}
     assert client.post("/v1beta/models/m:generateContent", json=busy).status_code == 503
+
+
+def test_its_version_is_read_from_its_package_not_by_running_it(tmp_path: Path) -> None:
+    package = tmp_path / "node_modules" / "@google" / "gemini-cli"
+    (package / "bundle").mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@google/gemini-cli", "version": "0.61.0"}')
+    script = package / "bundle" / "gemini.js"
+    script.write_text("#!/bin/sh\necho 9.9.9\n")  # what running it would say
+    script.chmod(0o755)
+    launcher = tmp_path / "node_modules" / ".bin" / "gemini"
+    launcher.parent.mkdir()
+    launcher.symlink_to("../@google/gemini-cli/bundle/gemini.js")
+    assert GeminiCli(binary=str(launcher)).detect() == "0.61.0"
+    script.unlink()
+    other = tmp_path / "gemini"
+    other.write_text("#!/bin/sh\necho 0.60.1\n")  # no package beside it: asked
+    other.chmod(0o755)
+    assert GeminiCli(binary=str(other)).detect() == "0.60.1"

@@ -185,8 +185,26 @@ class Launcher:
             return None
         path, source = where
         cached = source == "cache"
-        version = self.installed_version(self.cache_dir(environ)) if cached else version_of(path)
+        version = self.installed_version(self.cache_dir(environ)) if cached else self.version(path)
         return path, version, source
+
+    def version(self, binary: str | Path) -> str | None:
+        """The version of the CLI at `binary`: its npm package's manifest when `binary` is the
+        package's launcher (read, not run: Gemini's `--version` takes seconds), else what
+        `<binary> --version` says."""
+        located = shutil.which(str(binary))
+        if located is None:
+            return None
+        script = Path(located).resolve()
+        for folder in list(script.parents)[:3]:
+            try:
+                manifest = json.loads((folder / "package.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(manifest, dict) and manifest.get("name") == self.package.name:
+                found = manifest.get("version")
+                return found if isinstance(found, str) else None
+        return version_of(located)
 
     def resolved(self, binary: str) -> str | None:
         """The binary a worker runs: `binary` when the operator set it (a path, or a name on

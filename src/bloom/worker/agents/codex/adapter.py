@@ -23,7 +23,6 @@ from bloom.worker.agents.codex import config, stream
 from bloom.worker.agents.codex import install as cli_install
 from bloom.worker.agents.codex import outcome as codex_outcome
 from bloom.worker.agents.codex.env import child_environment
-from bloom.worker.agents.npm import version_of
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_SESSION = re.compile(r"no rollout found for thread id|thread/resume failed", re.IGNORECASE)
@@ -119,7 +118,7 @@ class CodexCli(AgentCli):
 
     def detect(self) -> str | None:
         binary = self.resolved()
-        return version_of(binary) if binary else None
+        return cli_install.LAUNCHER.version(binary) if binary else None
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, self.listed_env)

@@ -24,7 +24,6 @@ from bloom.worker.agents.gemini import config, stream
 from bloom.worker.agents.gemini import install as cli_install
 from bloom.worker.agents.gemini import outcome as gemini_outcome
 from bloom.worker.agents.gemini.env import child_environment
-from bloom.worker.agents.npm import version_of
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_SESSION = re.compile(
@@ -167,7 +166,7 @@ class GeminiCli(AgentCli):
 
     def detect(self) -> str | None:
         binary = self.resolved()
-        return version_of(binary) if binary else None
+        return cli_install.LAUNCHER.version(binary) if binary else None
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, self.listed_env)
