@@ -37,7 +37,7 @@ demo: install ## The same with the echo model standing in for Claude's API: no k
 
 # Two test processes (pytest-xdist), each file kept whole in one: most tests wait on servers,
 # not on the CPU. Each process starts its own PostgreSQL cluster and S3 server.
-test: install bytecode claude-cli codex-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
+test: install bytecode claude-cli codex-cli gemini-cli ## Run the whole test suite (every tier, PostgreSQL and SQLite), with branch coverage
 	$(RUN) pytest -n 2 --dist loadfile --cov --cov-report=term:skip-covered
 
 test-fast: install bytecode ## The edit loop: unit and integration tests on SQLite, no processes (about two minutes)
@@ -51,6 +51,10 @@ claude-cli: install ## The pinned Claude CLI the tests run: found, or fetched in
 codex-cli: install ## The pinned Codex CLI the tests run: found, or fetched into .cache/codex-cli with npm
 	@$(RUN) bloom agents install codex >/dev/null 2>&1 \
 	  || echo "No Codex CLI, and no npm to fetch it: the tests that run it will be skipped"
+
+gemini-cli: install ## The pinned Gemini CLI the tests run: found, or fetched into .cache/gemini-cli with npm
+	@$(RUN) bloom agents install gemini >/dev/null 2>&1 \
+	  || echo "No Gemini CLI, and no npm to fetch it: the tests that run it will be skipped"
 
 lint: install ## ruff: lint and formatting
 	$(RUN) ruff check src tests
@@ -70,4 +74,4 @@ bench: install ## Benchmark the lease engine over HTTP (SQLite; see docs/benchma
 clean: ## Remove local state and caches (not .venv)
 	rm -rf .bloom .pytest_cache .mypy_cache .ruff_cache .hypothesis .coverage
 
-.PHONY: help install bytecode run demo test test-fast claude-cli codex-cli lint typecheck arch check bench clean
+.PHONY: help install bytecode run demo test test-fast claude-cli codex-cli gemini-cli lint typecheck arch check bench clean

@@ -189,7 +189,7 @@ def test_the_worker_knows_claude_with_its_settings(tmp_path: Path) -> None:
         name="w1", data_dir=tmp_path, claude_bin="/x/claude", claude_args=["--bare"]
     )
     known = adapters(settings)
-    assert list(known) == ["claude", "codex"]
+    assert list(known) == ["claude", "codex", "gemini"]
     assert isinstance(known["claude"], ClaudeCli)
     assert (known["claude"].binary, known["claude"].extra_args) == ("/x/claude", ("--bare",))
 
@@ -355,11 +355,11 @@ async def test_a_task_for_a_cli_this_worker_lacks_is_given_back_unrun(tmp_path: 
     settings = WorkerSettings(name="w1", data_dir=tmp_path, claude_bin="/nonexistent/claude")
     book = ConversationBook(tmp_path / "s.json")
     async with RuntimeClient("http://runtime", transport=httpx.MockTransport(runtime)) as client:
-        await TaskRun(settings, client, book, Pause(), grant(cli="gemini")).run()
+        await TaskRun(settings, client, book, Pause(), grant(cli="aider")).run()
     (body,) = completes
     assert body["status"] == "error"
     assert body["error_code"] == "error"  # retried, by a worker that has it
-    assert body["error_message"] == "This worker has no gemini CLI"
+    assert body["error_message"] == "This worker has no aider CLI"
     assert [event["type"] for event in body["events"]] == ["finished"]
 
 
@@ -368,7 +368,11 @@ async def test_the_worker_registers_the_clis_it_has(tmp_path: Path) -> None:
     claude_bin.write_text("#!/bin/sh\nexit 0\n")  # a stand-in: no version to read
     claude_bin.chmod(0o755)
     settings = WorkerSettings(
-        name="w1", data_dir=tmp_path, claude_bin=str(claude_bin), codex_bin="/nonexistent/codex"
+        name="w1",
+        data_dir=tmp_path,
+        claude_bin=str(claude_bin),
+        codex_bin="/nonexistent/codex",
+        gemini_bin="/nonexistent/gemini",
     )
     async with RuntimeClient("http://runtime") as client:
         worker = Worker(settings, client, environ={"PATH": "/usr/bin:/bin"})

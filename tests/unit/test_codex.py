@@ -11,8 +11,9 @@ from starlette.testclient import TestClient
 from bloom.clients.wire import Policy
 from bloom.domain.retry import ErrorCode
 from bloom.domain.tool_policy import ToolPolicy
+from bloom.worker.agents import prices
 from bloom.worker.agents.base import Decision, Refused, RunSpec, TaskEvent
-from bloom.worker.agents.codex import config, prices
+from bloom.worker.agents.codex import config
 from bloom.worker.agents.codex.adapter import CodexCli, sandbox_args
 from bloom.worker.agents.codex.env import child_environment
 from bloom.worker.agents.codex.outcome import classify_error, reset_time

@@ -44,8 +44,9 @@ EXAMPLES: dict[str, list[type[BaseSettings]]] = {
     RUNTIME_ENV_EXAMPLE: [RuntimeSettings, MembridgeSettings],
     WORKER_ENV_EXAMPLE: [WorkerSettings],
 }
-NOT_SETTINGS = {WORKER_ENV_EXAMPLE: {"ANTHROPIC_API_KEY"}}
-"""Names an example lists that no settings class reads: Claude's own key, for the CLI."""
+NOT_SETTINGS = {WORKER_ENV_EXAMPLE: {"ANTHROPIC_API_KEY", "GEMINI_API_KEY"}}
+"""Names an example lists that no settings class reads: Claude's and Gemini's own keys, for
+their CLIs."""
 REPO_DEPLOY = Path(__file__).parents[2] / "deploy"
 
 

@@ -79,7 +79,7 @@ def list_(
 
 @app.command()
 def install(
-    name: Annotated[str, typer.Argument(help="The CLI: claude or codex.")],
+    name: Annotated[str, typer.Argument(help="The CLI: claude, codex or gemini.")],
     force: Annotated[
         bool, typer.Option("--force", help="Run npm even when it is already cached.")
     ] = False,

@@ -78,7 +78,8 @@ class BloomGroup(LazyGroup):
         LazyCommand(
             "agents",
             "bloom.cli.agents:app",
-            "The agent CLIs the worker runs (claude, codex): list what is here, install one.",
+            "The agent CLIs the worker runs (claude, codex, gemini): list what is here, "
+            "install one.",
         ),
         LazyCommand(
             "echo-model",

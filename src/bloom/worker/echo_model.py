@@ -1,11 +1,14 @@
 """A loopback stand-in for the Anthropic Messages API (and OpenAI's Responses API, for the Codex
-CLI: `bloom.worker.echo_responses`) that answers every prompt with its echo.
+CLI: `bloom.worker.echo_responses`; Google's Gemini API, for the Gemini CLI:
+`bloom.worker.echo_gemini`) that answers every prompt with its echo.
 
 `bloom up --demo-model` points the worker's Claude CLI at it (`ANTHROPIC_BASE_URL`), so the whole
 pipeline can be seen working without an API key; the test suite uses it as the model, since the
 network is closed there. It speaks what the CLI needs: `POST /v1/messages`, streaming (SSE) or
 not, `POST /v1/messages/count_tokens`, and `/api/hello` (the reachability check it makes before
-each run); and what the Codex CLI needs, `POST /v1/responses` (streaming SSE). Every other
+each run); what the Codex CLI needs, `POST /v1/responses` (streaming SSE); and what the Gemini
+CLI needs, `POST /v1beta/models/{model}:streamGenerateContent` (and `:generateContent`,
+`:countTokens`). Every other
 path answers 404 in the API's error shape.
 
 The answer is `echo: <last user text>`. A prompt may carry directives in double brackets, which
@@ -305,6 +308,26 @@ class EchoModel:
             return _error(400, "invalid_request_error", "body must be an object")
         return await echo_responses.responses(self, body)
 
+    async def gemini(self, request: Request) -> Response:
+        """Google's Gemini API, as the Gemini CLI calls it (`bloom.worker.echo_gemini`):
+        `/v1beta/models/{model}:{method}`."""
+        from bloom.worker import echo_gemini
+
+        name, _, method = str(request.path_params["target"]).partition(":")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return echo_gemini.bad_request("body must be a JSON object")
+        if method == "countTokens":
+            return echo_gemini.count_tokens(body)
+        if method in ("generateContent", "streamGenerateContent"):
+            return await echo_gemini.generate(
+                self, name, body, stream=method == "streamGenerateContent"
+            )
+        return echo_gemini.not_found(f"{method!r} is not served here")
+
     async def count_tokens(self, request: Request) -> Response:
         try:
             body = await request.json()
@@ -329,6 +352,7 @@ def create_app(model: EchoModel | None = None, git_root: Path | None = None) -> 
         Route("/v1/messages", model.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", model.count_tokens, methods=["POST"]),
         Route("/v1/responses", model.responses, methods=["POST"]),
+        Route("/v1beta/models/{target:path}", model.gemini, methods=["POST"]),
         Route("/api/hello", model.hello, methods=["GET"]),  # and HEAD
         Route("/_requests", model.seen, methods=["GET"]),
     ]

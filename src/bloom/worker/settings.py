@@ -110,6 +110,27 @@ class WorkerSettings(ListenerSettings):
         "(CODEX_*, OPENAI_*): names, comma-separated, NAME_* for a prefix.",
     )
 
+    gemini_bin: str | None = Field(
+        None,
+        validation_alias=_env("BLOOM_GEMINI_BIN"),
+        description="The Gemini CLI: a path, or a name on PATH; unset, `gemini` on PATH, else the "
+        "pinned one in ./.cache/gemini-cli (`bloom agents install gemini`). Tasks with cli "
+        "gemini go only to a worker that has it.",
+    )
+    gemini_args: list[str] = Field(
+        default_factory=list,
+        validation_alias=_env("BLOOM_GEMINI_ARGS"),
+        description="Extra arguments for every `gemini` run, as a JSON list, e.g. "
+        '["--model", "gemini-2.5-pro"] (docs/agents.md).',
+    )
+    gemini_env: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        validation_alias=_env("BLOOM_GEMINI_ENV"),
+        description="More of the worker's environment for the Gemini CLI, beyond its allow-list "
+        "(GEMINI_*, GOOGLE_GEMINI_BASE_URL, GOOGLE_API_KEY, its Vertex AI switch): names, "
+        "comma-separated, NAME_* for a prefix.",
+    )
+
     on_auth_failure: Literal["fail", "wait"] = Field(
         "fail",
         validation_alias=_env("BLOOM_WORKER_ON_AUTH_FAILURE"),
@@ -237,7 +258,7 @@ class WorkerSettings(ListenerSettings):
             )
         return value
 
-    @field_validator("claude_env", "codex_env", mode="before")
+    @field_validator("claude_env", "codex_env", "gemini_env", mode="before")
     @classmethod
     def _claude_env(cls, value: object) -> object:
         return listed_patterns(value) if isinstance(value, str | list | tuple) else value

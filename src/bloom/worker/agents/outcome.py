@@ -5,6 +5,7 @@ first into the second (`AgentCli.outcome`); the helpers here are shared by all o
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -14,6 +15,7 @@ from bloom.domain import approvals
 from bloom.domain.retry import ErrorCode
 from bloom.domain.states import ResultStatus
 from bloom.domain.tool_calls import ToolCall
+from bloom.domain.usage import MAX_MODEL_CHARS
 from bloom.domain.workspace import WorkspaceResult
 
 JSON_FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```\s*$", re.DOTALL)
@@ -161,3 +163,92 @@ def epoch_ms(value: str) -> int:
     """An epoch time in seconds or milliseconds, as milliseconds."""
     number = int(value)
     return number if number >= 10**12 else number * 1000
+
+
+def record_metrics(report: RunReport) -> dict[str, Any]:
+    """`duration_ms` always; tokens, cost and model when the final record has them (a record
+    with `usage` {`input_tokens`, `output_tokens`}, `cost_usd`, `model`: the Codex and Gemini
+    adapters' parsers keep one)."""
+    metrics: dict[str, Any] = {"duration_ms": report.duration_ms, "tokens_used": None}
+    result = report.result or {}
+    usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
+    if usage:
+        inputs = int(usage.get("input_tokens") or 0)
+        outputs = int(usage.get("output_tokens") or 0)
+        metrics |= {
+            "input_tokens": inputs,
+            "output_tokens": outputs,
+            "tokens_used": inputs + outputs,
+        }
+    if isinstance(result.get("cost_usd"), int | float):
+        metrics["cost_usd"] = float(result["cost_usd"])
+    if isinstance(result.get("model"), str) and result["model"]:
+        metrics["model"] = result["model"][:MAX_MODEL_CHARS]
+    return metrics
+
+
+def recorded_outcome(
+    report: RunReport,
+    *,
+    desired_format: str,
+    budget_usd: float,
+    title: str,
+    classify: Callable[[str], tuple[ErrorCode, int | None]],
+    advice: str,
+) -> Outcome:
+    """The outcome of a run whose parser kept a final record of `session_id`, `text`, `usage`,
+    `cost_usd`, `model`, `errors` (what the CLI said failed), `completed` and `failed` (the
+    Codex and Gemini adapters'). It succeeded when a turn completed, none failed and the CLI
+    exited 0; else the error is the last one it said (stderr's tail when it said none), as
+    `classify` reads it. A CLI with no budget of its own: a cost above `budget_usd` fails the
+    run once it ends."""
+    metrics = record_metrics(report)
+    result = report.result
+    session = result.get("session_id") if result else None
+    session_id = session if isinstance(session, str) and session else None
+
+    def failed(code: ErrorCode, message: str, retry_at: int | None = None) -> Outcome:
+        return Outcome(
+            success=False,
+            error_message=message[-ERROR_TAIL:],
+            error_code=code,
+            retry_at=retry_at,
+            session_id=session_id,
+            metrics=metrics,
+        )
+
+    if report.cancelled:
+        return failed(ErrorCode.CANCELLED, "Cancelled while running")
+    if report.timed_out:
+        return failed(ErrorCode.TIMEOUT, f"Timed out after {report.timeout_sec}s")
+    cost = metrics.get("cost_usd")
+    if budget_usd > 0 and cost is not None and cost > budget_usd:
+        return failed(
+            ErrorCode.BUDGET_EXCEEDED,
+            f"Budget exceeded: spent ${cost:.4f} of ${budget_usd:g} (the {title} CLI has no "
+            "budget of its own: its cost is counted once it ends)",
+        )
+    succeeded = (
+        result is not None
+        and result.get("completed")
+        and not result.get("failed")
+        and report.exit_code in (0, None)
+    )
+    if not succeeded:
+        errors = (result or {}).get("errors")
+        said = (
+            str(errors[-1])
+            if isinstance(errors, list) and errors
+            else report.stderr_tail.strip()
+            or f"the {title} CLI exited with code {report.exit_code}"
+        )
+        code, retry_at = classify(said)
+        if code is ErrorCode.AUTH_FAILED:
+            said = f"The {title} CLI could not authenticate ({said}): {advice}"
+        elif code is ErrorCode.CLI_ERROR and result is None:
+            said = f"{title} CLI exited with code {report.exit_code}: {said}"
+        return failed(code, said, retry_at)
+    assert result is not None
+    return answered(
+        result.get("text"), desired_format=desired_format, session_id=session_id, metrics=metrics
+    )

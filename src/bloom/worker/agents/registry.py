@@ -6,9 +6,14 @@ from bloom.worker.agents.base import AgentCli
 from bloom.worker.agents.claude.adapter import ClaudeCli
 from bloom.worker.agents.codex import config as codex_config
 from bloom.worker.agents.codex.adapter import CodexCli
+from bloom.worker.agents.gemini.adapter import GeminiCli
 from bloom.worker.settings import WorkerSettings
 
-ADAPTERS: dict[str, type[AgentCli]] = {ClaudeCli.name: ClaudeCli, CodexCli.name: CodexCli}
+ADAPTERS: dict[str, type[AgentCli]] = {
+    ClaudeCli.name: ClaudeCli,
+    CodexCli.name: CodexCli,
+    GeminiCli.name: GeminiCli,
+}
 """Every adapter there is, by the `cli` name a task gives."""
 
 
@@ -27,5 +32,10 @@ def adapters(settings: WorkerSettings) -> dict[str, AgentCli]:
             extra_args=tuple(settings.codex_args),
             listed_env=settings.codex_env,
             model=codex_config.setting("model", settings.codex_args, os.environ),
+        ),
+        GeminiCli.name: GeminiCli(
+            binary=settings.gemini_bin or "",
+            extra_args=tuple(settings.gemini_args),
+            listed_env=settings.gemini_env,
         ),
     }

@@ -2,9 +2,7 @@
 for a context's session, its sandbox for the task's permission mode; what it cannot do (tool
 rules, ask rules, a turn limit) is refused (docs/agents.md)."""
 
-import os
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,6 @@ from bloom.worker.agents.codex import config, stream
 from bloom.worker.agents.codex import install as cli_install
 from bloom.worker.agents.codex import outcome as codex_outcome
 from bloom.worker.agents.codex.env import child_environment
-from bloom.worker.agents.npm import version_of
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_SESSION = re.compile(r"no rollout found for thread id|thread/resume failed", re.IGNORECASE)
@@ -107,16 +104,8 @@ class CodexCli(AgentCli):
 
     @classmethod
     def find(cls, environ: Mapping[str, str]) -> Found | None:
-        found = cli_install.find_codex(environ)
-        if found is None:
-            return None
-        path, source = found
-        version = (
-            cli_install.installed_version(cli_install.cache_dir(environ))
-            if source == "cache"
-            else version_of(path)
-        )
-        return Found(path, version, source)
+        found = cli_install.LAUNCHER.found(environ)
+        return Found(*found) if found else None
 
     @classmethod
     def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
@@ -125,14 +114,11 @@ class CodexCli(AgentCli):
     def resolved(self) -> str | None:
         """The binary to run: `binary` when the operator set it (a path, or a name on PATH),
         else `codex` on PATH, else the pinned one in the cache; None when there is none."""
-        if self.binary:
-            return self.binary if shutil.which(self.binary) else None
-        found = cli_install.find_codex({**os.environ, cli_install.BIN_ENV: ""})
-        return str(found[0]) if found else None
+        return cli_install.LAUNCHER.resolved(self.binary)
 
     def detect(self) -> str | None:
         binary = self.resolved()
-        return version_of(binary) if binary else None
+        return cli_install.LAUNCHER.version(binary) if binary else None
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, self.listed_env)

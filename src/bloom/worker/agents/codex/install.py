@@ -4,17 +4,13 @@ The CLI is published on npm as `@openai/codex`: a small Node.js launcher (`bin/c
 as an optional dependency, a native binary per platform (`@openai/codex-linux-x64/vendor/…`),
 which the launcher runs in its place (`execve`: signals reach the binary itself). We look for
 `BLOOM_CODEX_BIN`, then `codex` on PATH, then the cache (`./.cache/codex-cli`, or
-`BLOOM_CODEX_CACHE`), and fetch it there with npm when asked to.
+`BLOOM_CODEX_CACHE`), and fetch it there with npm when asked to (`npm.Launcher`).
 """
 
-import os
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from bloom.worker.agents.npm import Package
-from bloom.worker.agents.npm import install as npm_install
-from bloom.worker.agents.npm import installed_version as npm_version
+from bloom.worker.agents.npm import Launcher, Package
 
 PINNED_VERSION = "0.171.0"
 PACKAGE = "@openai/codex"
@@ -23,6 +19,7 @@ BIN_ENV = "BLOOM_CODEX_BIN"
 DEFAULT_CACHE_DIR = Path(".cache/codex-cli")
 APPROX_SIZE = "about 420 MB"
 NPM_PACKAGE = Package(PACKAGE, "Codex", APPROX_SIZE, BIN_ENV, "codex")
+LAUNCHER = Launcher(NPM_PACKAGE, PINNED_VERSION, CACHE_ENV, DEFAULT_CACHE_DIR)
 
 
 class CodexCliError(RuntimeError):
@@ -31,43 +28,22 @@ class CodexCliError(RuntimeError):
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where the fetched CLI lives: `BLOOM_CODEX_CACHE`, or `./.cache/codex-cli`."""
-    env = os.environ if environ is None else environ
-    return Path(env.get(CACHE_ENV) or DEFAULT_CACHE_DIR)
+    return LAUNCHER.cache_dir(environ)
 
 
 def installed_version(cache: Path) -> str | None:
     """The version of the package installed in `cache`, or None."""
-    return npm_version(cache, PACKAGE)
+    return LAUNCHER.installed_version(cache)
 
 
 def cached_binary(cache: Path, version: str = PINNED_VERSION) -> Path | None:
     """The CLI's launcher in `cache` when the pinned version is installed there, else None."""
-    if installed_version(cache) != version:
-        return None
-    launcher = cache / "node_modules" / ".bin" / "codex"
-    if launcher.is_file() and os.access(launcher, os.X_OK):
-        return launcher.absolute()
-    return None
-
-
-def configured(environ: Mapping[str, str] | None = None) -> str | None:
-    """What `BLOOM_CODEX_BIN` names, when set: the operator's choice wins."""
-    env = os.environ if environ is None else environ
-    return env.get(BIN_ENV) or None
+    return LAUNCHER.cached_binary(cache, version)
 
 
 def find_codex(environ: Mapping[str, str] | None = None) -> tuple[Path, str] | None:
     """The CLI to run and how it was found ("configured", "path", "cache"), or None."""
-    env = os.environ if environ is None else environ
-    chosen = configured(env)
-    if chosen:
-        path = shutil.which(chosen, path=env.get("PATH"))
-        return (Path(path), "configured") if path else None
-    on_path = shutil.which("codex", path=env.get("PATH"))
-    if on_path:
-        return Path(on_path), "path"
-    cached = cached_binary(cache_dir(env))
-    return (cached, "cache") if cached else None
+    return LAUNCHER.find(environ)
 
 
 def install_codex(
@@ -78,6 +54,4 @@ def install_codex(
     npm: str | None = None,
 ) -> Path:
     """Fetch the CLI into `cache` with npm (its output goes to our stderr); its binary's path."""
-    return npm_install(
-        NPM_PACKAGE, cache, version, echo, located=cached_binary, failure=CodexCliError, npm=npm
-    )
+    return LAUNCHER.install(cache, echo, failure=CodexCliError, version=version, npm=npm)

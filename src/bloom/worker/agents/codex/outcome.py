@@ -16,11 +16,9 @@ that is not there, a configuration it cannot read). What it says, recorded from 
 
 import re
 from datetime import datetime, timedelta
-from typing import Any
 
 from bloom.domain.retry import ErrorCode
-from bloom.domain.usage import MAX_MODEL_CHARS
-from bloom.worker.agents.outcome import ERROR_TAIL, Outcome, RunReport, answered
+from bloom.worker.agents.outcome import Outcome, RunReport, recorded_outcome
 
 AUTH_FAILURE = re.compile(
     r"\b401\b|\b403 Forbidden|unauthori[sz]ed|invalid_api_key|incorrect api key"
@@ -87,77 +85,13 @@ def classify_error(text: str, now: datetime | None = None) -> tuple[ErrorCode, i
     return ErrorCode.CLI_ERROR, None
 
 
-def metrics_of(report: RunReport) -> dict[str, Any]:
-    """`duration_ms` always; tokens, cost (from the price table) and model when known."""
-    metrics: dict[str, Any] = {"duration_ms": report.duration_ms, "tokens_used": None}
-    result = report.result or {}
-    usage = result.get("usage") if isinstance(result.get("usage"), dict) else None
-    if usage:
-        inputs = int(usage.get("input_tokens") or 0)
-        outputs = int(usage.get("output_tokens") or 0)
-        metrics |= {
-            "input_tokens": inputs,
-            "output_tokens": outputs,
-            "tokens_used": inputs + outputs,
-        }
-    if isinstance(result.get("cost_usd"), int | float):
-        metrics["cost_usd"] = float(result["cost_usd"])
-    if isinstance(result.get("model"), str) and result["model"]:
-        metrics["model"] = result["model"][:MAX_MODEL_CHARS]
-    return metrics
-
-
-def _said(report: RunReport) -> str:
-    """What the CLI said went wrong: its last error event, else stderr's tail."""
-    errors = (report.result or {}).get("errors")
-    if isinstance(errors, list) and errors:
-        return str(errors[-1])
-    return report.stderr_tail.strip() or f"the Codex CLI exited with code {report.exit_code}"
-
-
 def decide(report: RunReport, *, desired_format: str, budget_usd: float) -> Outcome:
     """Turn what the run did into the outcome to report."""
-    metrics = metrics_of(report)
-    result = report.result
-    session = result.get("session_id") if result else None
-    session_id = session if isinstance(session, str) and session else None
-
-    def failed(code: ErrorCode, message: str, retry_at: int | None = None) -> Outcome:
-        return Outcome(
-            success=False,
-            error_message=message[-ERROR_TAIL:],
-            error_code=code,
-            retry_at=retry_at,
-            session_id=session_id,
-            metrics=metrics,
-        )
-
-    if report.cancelled:
-        return failed(ErrorCode.CANCELLED, "Cancelled while running")
-    if report.timed_out:
-        return failed(ErrorCode.TIMEOUT, f"Timed out after {report.timeout_sec}s")
-    cost = metrics.get("cost_usd")
-    if budget_usd > 0 and cost is not None and cost > budget_usd:
-        return failed(
-            ErrorCode.BUDGET_EXCEEDED,
-            f"Budget exceeded: spent ${cost:.4f} of ${budget_usd:g} (the Codex CLI has no "
-            "budget of its own: its cost is counted once it ends)",
-        )
-    succeeded = (
-        result is not None
-        and result.get("completed")
-        and not result.get("failed")
-        and report.exit_code in (0, None)
-    )
-    if not succeeded:
-        said = _said(report)
-        code, retry_at = classify_error(said)
-        if code is ErrorCode.AUTH_FAILED:
-            said = f"The Codex CLI could not authenticate ({said}): {ADVICE}"
-        elif code is ErrorCode.CLI_ERROR and result is None:
-            said = f"Codex CLI exited with code {report.exit_code}: {said}"
-        return failed(code, said, retry_at)
-    assert result is not None
-    return answered(
-        result.get("text"), desired_format=desired_format, session_id=session_id, metrics=metrics
+    return recorded_outcome(
+        report,
+        desired_format=desired_format,
+        budget_usd=budget_usd,
+        title="Codex",
+        classify=classify_error,
+        advice=ADVICE,
     )

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from bloom.worker.agents.base import AGENT_EVENT, EventKind, TaskEvent, agent_event
-from bloom.worker.agents.codex.prices import cost_usd
+from bloom.worker.agents.prices import cost_usd
 
 MAX_OUTPUT_CHARS = 20_000
 """A tool's output in a live event is cut to this (the whole of it stays in the CLI's own

@@ -1,17 +1,22 @@
-"""What Codex's models cost, in one dated table: the CLI reports tokens, never a price.
+"""What the models of the CLIs that report tokens but no price cost (Codex's, OpenAI's; the
+Gemini CLI's, Google's), in one table, each vendor's part dated.
 
-USD per million tokens: input, cached input, output (reasoning tokens are output tokens, and
-are counted in the CLI's `output_tokens`). A model not in the table has no cost (`None`): its
-runs report tokens only, and a budget cannot stop them (docs/agents.md). A name is looked up
-as it is, then by its longest prefix in the table (`gpt-5.1-codex-max` costs what
-`gpt-5.1-codex` does), so a dated snapshot of a model costs what the model does.
+USD per million tokens: input, cached input, output (reasoning or thinking tokens are billed as
+output tokens). A model not in the table has no cost (`None`): its runs report tokens only, and
+a budget cannot stop them (docs/agents.md). A name is looked up as it is, then by its longest
+prefix in the table (`gpt-5.1-codex-max` costs what `gpt-5.1-codex` does,
+`gemini-2.5-flash-preview-09-2025` what `gemini-2.5-flash` does), so a dated snapshot of a model
+costs what the model does. The Claude CLI reports its own cost.
 """
 
 from dataclasses import dataclass
 
 PRICES_AS_OF = "2026-05-13"
-"""When the table was last checked against OpenAI's published prices (the API's price list;
+"""When OpenAI's part was last checked against its published prices (the API's price list;
 the Codex rate card in credits, 25 credits = 1 USD): update both together."""
+GEMINI_PRICES_AS_OF = "2025-12-01"
+"""When Google's part was last checked against the Gemini API's published prices (paid tier,
+prompts up to 200k tokens; a longer prompt costs more than this says)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,14 @@ PRICES: dict[str, Price] = {
     "o4-mini": Price(1.10, 0.275, 4.40),
     "o3": Price(2.00, 0.50, 8.00),
     "gpt-4.1": Price(2.00, 0.50, 8.00),
+    # Google (GEMINI_PRICES_AS_OF)
+    "gemini-3-pro-preview": Price(2.00, 0.20, 12.00),
+    "gemini-3-flash-preview": Price(0.50, 0.05, 3.00),
+    "gemini-2.5-pro": Price(1.25, 0.125, 10.00),
+    "gemini-2.5-flash": Price(0.30, 0.03, 2.50),
+    "gemini-2.5-flash-lite": Price(0.10, 0.01, 0.40),
+    "gemini-2.0-flash": Price(0.10, 0.025, 0.40),
+    "gemini-2.0-flash-lite": Price(0.075, 0.075, 0.30),
 }
 
 

@@ -1,0 +1,1 @@
+"""The Gemini CLI (`@google/gemini-cli`) as an agent CLI (docs/agents.md)."""
