@@ -22,9 +22,10 @@ import pytest
 from bloom.cli.supervisor import port_in_use
 from bloom.cli.up import ADMIN_KEY_FILE, UpOptions, admin_key, banner, plan, port_problem
 from bloom.worker.agents.claude import install as claude_cli
-from bloom.worker.demo import DEMO_API_KEY, demo_codex
+from bloom.worker.demo import DEMO_API_KEY, demo_clis
 from tests.process.test_s3_artifacts import bloom
 from tests.support.codex import codex_binary
+from tests.support.gemini import gemini_binary
 from tests.support.net import free_port
 from tests.support.required import unavailable
 from tests.support.s3 import Bucket
@@ -112,24 +113,32 @@ def test_plan_with_the_demo_model(tmp_path):
     assert json.loads(worker.env["BLOOM_CLAUDE_ARGS"]) == ["--bare"]
     assert "BLOOM_WORKER_CONCURRENCY" not in worker.env
     assert {"OPENAI_API_KEY", "CODEX_API_KEY", "BLOOM_CODEX_BIN"}.isdisjoint(worker.env)
-    # with a Codex CLI, it is pointed at the echo model too
-    with_codex = options(tmp_path, demo_model=True, codex_bin="/opt/codex")
-    worker = plan(with_codex, user_env, "the-key")[-1]
+    assert {"GEMINI_API_KEY", "BLOOM_GEMINI_BIN"}.isdisjoint(worker.env)
+    # with a Codex and a Gemini CLI, they are pointed at the echo model too
+    with_others = options(
+        tmp_path, demo_model=True, agent_bins={"codex": "/opt/codex", "gemini": "/opt/gemini"}
+    )
+    worker = plan(with_others, user_env, "the-key")[-1]
     assert worker.env["BLOOM_CODEX_BIN"] == "/opt/codex"
     assert worker.env["OPENAI_API_KEY"] == DEMO_API_KEY
     assert "CODEX_API_KEY" not in worker.env
     codex_args = " ".join(json.loads(worker.env["BLOOM_CODEX_ARGS"]))
     assert 'model_providers.echo.base_url="http://127.0.0.1:8101/v1"' in codex_args
     assert 'model_provider="echo"' in codex_args
+    assert worker.env["BLOOM_GEMINI_BIN"] == "/opt/gemini"
+    assert worker.env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:8101"
+    assert worker.env["GEMINI_API_KEY"] == DEMO_API_KEY
 
 
-def test_the_demo_finds_the_codex_cli_as_the_worker_would(tmp_path):
-    assert demo_codex({"PATH": str(tmp_path), "BLOOM_CODEX_CACHE": str(tmp_path)}) is None
+def test_the_demo_finds_the_other_clis_as_the_worker_would(tmp_path):
+    caches = {"BLOOM_CODEX_CACHE": str(tmp_path), "BLOOM_GEMINI_CACHE": str(tmp_path)}
+    nowhere = caches | {"PATH": str(tmp_path)}
+    assert demo_clis(nowhere) == {}
     codex = tmp_path / "bin" / "codex"
     codex.parent.mkdir()
     codex.write_text("#!/bin/sh\n")
     codex.chmod(0o755)
-    assert demo_codex({"PATH": str(codex.parent)}) == str(codex)
+    assert demo_clis(nowhere | {"PATH": str(codex.parent)}) == {"codex": str(codex)}
 
 
 def test_the_banner_says_where_everything_is(tmp_path):
@@ -146,10 +155,13 @@ def test_the_banner_says_where_everything_is(tmp_path):
     assert f"data dir   {tmp_path}" in text
     assert 'bloom task submit "hello" --wait --url http://127.0.0.1:5001' in text
     assert "codex" not in text
-    with_codex = options(tmp_path, demo_model=True, codex_bin="/opt/codex")
-    text = "\n".join(banner(with_codex))
-    assert "worker     w-test, claude at /opt/claude, codex at /opt/codex" in text
+    with_others = options(
+        tmp_path, demo_model=True, agent_bins={"codex": "/opt/codex", "gemini": "/opt/gemini"}
+    )
+    text = "\n".join(banner(with_others))
+    assert "claude at /opt/claude, codex at /opt/codex, gemini at /opt/gemini" in text
     assert 'bloom task submit --cli codex "hello" --wait --url http://127.0.0.1:5001' in text
+    assert 'bloom task submit --cli gemini "hello" --wait --url http://127.0.0.1:5001' in text
     default_port = "\n".join(banner(options(tmp_path, port=5000)))
     assert default_port.endswith('bloom task submit "hello" --wait\n  stop       Ctrl-C')
     assert "model" not in default_port
@@ -274,9 +286,14 @@ def started() -> Iterator[list[Up]]:
 def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     tmp_path, claude_bin, started
 ):
-    codex = codex_binary()  # with it, a Codex task too (`bloom agents install codex`)
-    with_codex = {"BLOOM_CODEX_BIN": str(codex), "CODEX_HOME": str(tmp_path)} if codex else {}
-    up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin, **with_codex)
+    # with them, a Codex and a Gemini task too (`bloom agents install codex`, `… gemini`)
+    others = {"codex": codex_binary(), "gemini": gemini_binary()}
+    homes = {"codex": {"CODEX_HOME": str(tmp_path)}, "gemini": {"GEMINI_CLI_HOME": str(tmp_path)}}
+    with_others: dict[str, str] = {}
+    for name, binary in others.items():
+        if binary is not None:
+            with_others |= {f"BLOOM_{name.upper()}_BIN": str(binary), **homes[name]}
+    up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin, **with_others)
     started.append(up)
     up.wait_for("BLOOM is up")
     children = up.children()
@@ -303,11 +320,12 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
     assert done.returncode == 0, done.stderr + up.text()
     assert done.stdout == "echo: hello\n"
     assert "echo: hello" in done.stderr  # the live output, as it came
-    if codex is not None:
-        submit = ("task", "submit", "--cli", "codex", "hello", "--wait")
-        by_codex = bloom(*submit, env=client_env, cwd=tmp_path)
-        assert by_codex.returncode == 0, by_codex.stderr + up.text()
-        assert by_codex.stdout == "echo: hello\n"
+    for name in (name for name, binary in others.items() if binary is not None):
+        by_other = bloom(
+            "task", "submit", "--cli", name, "hello", "--wait", env=client_env, cwd=tmp_path
+        )
+        assert by_other.returncode == 0, by_other.stderr + up.text()
+        assert by_other.stdout == "echo: hello\n"
 
     # the demo repository, served by the echo model, is a managed project a task can change
     changed = subprocess.run(

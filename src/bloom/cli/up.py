@@ -12,7 +12,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -34,7 +34,7 @@ from bloom.cli.supervisor import (
 from bloom.worker.agents.claude import credentials
 from bloom.worker.agents.claude import install as claude_cli
 from bloom.worker.agents.claude.env import child_environment
-from bloom.worker.demo import DEMO_REPO, demo_codex, demo_environment
+from bloom.worker.demo import DEMO_REPO, demo_clis, demo_environment
 
 HOST = "127.0.0.1"
 DEMO_GIT_DIR = "demo-git"
@@ -67,9 +67,9 @@ class UpOptions:
     worker_concurrency: int | None = None
     worker_name: str = "worker"
     claude_bin: str = "claude"
-    codex_bin: str | None = None
-    """The Codex CLI the demo's worker runs against the echo model (None: this machine has none,
-    or no --demo-model)."""
+    agent_bins: Mapping[str, str] = field(default_factory=dict)
+    """The CLIs besides Claude (name → binary) the demo's worker runs against the echo model
+    (those this machine has; none without --demo-model)."""
 
     @property
     def runtime_url(self) -> str:
@@ -238,7 +238,7 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
     if options.worker_concurrency is not None:
         worker_env["BLOOM_WORKER_CONCURRENCY"] = str(options.worker_concurrency)
     if options.demo_model:  # the user's real credentials stay home; the demo repository's tasks
-        worker_env = demo_environment(worker_env, options.model_url, options.codex_bin)
+        worker_env = demo_environment(worker_env, options.model_url, options.agent_bins)
         worker_env["BLOOM_WORKER_ALLOW_CLONE"] = "true"
     since_ms = time.time_ns() // 1_000_000
     children.append(
@@ -288,9 +288,9 @@ def banner(options: UpOptions, project: str | None = None) -> list[str]:
         f" (concurrency {options.worker_concurrency})" if options.worker_concurrency else ""
     )
     url_option = "" if options.port == 5000 else f" --url {options.runtime_url}"
-    codex = f", codex at {options.codex_bin}" if options.codex_bin else ""
+    others = "".join(f", {name} at {binary}" for name, binary in options.agent_bins.items())
     lines += [
-        f"  worker     {options.worker_name}{concurrency}, claude at {options.claude_bin}{codex}",
+        f"  worker     {options.worker_name}{concurrency}, claude at {options.claude_bin}{others}",
         f"  data dir   {options.data_dir}",
         f'  try        bloom task submit "hello" --wait{url_option}',
         *(
@@ -302,9 +302,8 @@ def banner(options: UpOptions, project: str | None = None) -> list[str]:
             else []
         ),
         *(
-            [f'             bloom task submit --cli codex "hello" --wait{url_option}']
-            if options.codex_bin
-            else []
+            f'             bloom task submit --cli {name} "hello" --wait{url_option}'
+            for name in options.agent_bins
         ),
         "  stop       Ctrl-C",
     ]
@@ -316,8 +315,8 @@ def up(
         bool,
         typer.Option(
             "--demo-model",
-            help="Start the echo model and point the worker's Claude CLI (and its Codex CLI, "
-            "when this machine has one) at it: no API key needed, every answer is "
+            help="Start the echo model and point the worker's Claude CLI (and its Codex and "
+            "Gemini CLIs, when this machine has them) at it: no API key needed, every answer is "
             "`echo: <prompt>`.",
         ),
     ] = False,
@@ -373,7 +372,7 @@ def up(
     if not fetched:
         say(click.style(f"Claude CLI: {claude_bin}", dim=True))
     options = replace(
-        options, claude_bin=claude_bin, codex_bin=demo_codex(environ) if demo_model else None
+        options, claude_bin=claude_bin, agent_bins=demo_clis(environ) if demo_model else {}
     )
     if not demo_model:  # the echo model's key is the demo's credentials
         missing = credentials.probe(claude_bin, child_environment(environ, "default"))
