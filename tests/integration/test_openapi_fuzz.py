@@ -46,7 +46,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 EXAMPLES = settings(
-    max_examples=25,
+    max_examples=15,  # derandomized: the same cases every run, every route on both databases
     derandomize=True,
     database=None,
     deadline=None,

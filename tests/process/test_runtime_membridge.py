@@ -1,5 +1,6 @@
 """The runtime wired to a real Membridge: the proxy, the connection test, the worker sync, and
-life without Membridge. Both are real processes; the runtime's database is each kind in turn."""
+life without Membridge. Both are real processes; the runtime's database is each kind in turn
+(the four long tests: one kind each)."""
 
 import threading
 import time
@@ -22,6 +23,12 @@ DOCUMENTED_AGENT = {
     "status": "online",
     "capabilities": {"claude_cli": True, "max_concurrency": 1, "labels": ["production"]},
 }
+
+
+# The four long ones run on one database each, two on either: what they test is the runtime's
+# life beside Membridge, and the SQL under it is the same as the integration tests run on both.
+ON_POSTGRESQL = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+ON_SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -156,6 +163,7 @@ def test_connection_test_and_leadership_are_audited(http: httpx.Client) -> None:
     ]
 
 
+@ON_POSTGRESQL
 def test_membridge_agents_become_workers_and_go_offline_when_gone(
     http: httpx.Client, membridge: MembridgeProcess
 ) -> None:
@@ -233,6 +241,7 @@ def test_membridge_agents_become_workers_and_go_offline_when_gone(
         claimer.join(timeout=10)
 
 
+@ON_SQLITE
 def test_a_reference_agent_that_only_heartbeats_membridge_stays_online(
     http: httpx.Client, membridge: MembridgeProcess
 ) -> None:
@@ -277,6 +286,7 @@ def test_a_reference_agent_that_only_heartbeats_membridge_stays_online(
         beater.join(timeout=10)
 
 
+@ON_POSTGRESQL
 def test_life_without_membridge_and_the_reconnection(
     http: httpx.Client, membridge: MembridgeProcess, runtime: RuntimeProcess
 ) -> None:
@@ -319,6 +329,7 @@ def test_life_without_membridge_and_the_reconnection(
     assert runtime.process.poll() is None  # never restarted
 
 
+@ON_SQLITE
 def test_no_secret_reaches_a_response_or_a_log_line(
     http: httpx.Client, membridge: MembridgeProcess, runtime: RuntimeProcess
 ) -> None:

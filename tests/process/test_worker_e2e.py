@@ -18,6 +18,7 @@ from tests.support.db import DatabaseProbe
 from tests.support.stack import Stack, wait_for
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # a fleet's database
 def test_two_workers_complete_twenty_tasks(stack: Stack, probe: DatabaseProbe) -> None:
     for name in ("w1", "w2"):
         stack.add_worker(name, BLOOM_WORKER_CONCURRENCY="2")
