@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bloom.worker.agents.codex.install import PINNED_VERSION
+from tests.support.cancel import check_a_cancel_stops_the_run
 from tests.support.codex import MODEL, codex_binary, codex_worker_env
 from tests.support.db import DatabaseProbe
 from tests.support.required import unavailable
@@ -96,10 +97,10 @@ def test_a_codex_tool_call_runs_and_its_result_is_shown(
     assert results[0]["is_error"] is False
 
 
-def test_codex_timeout_usage_limit_and_refused_policy(
+def test_codex_timeout_cancel_usage_limit_and_refused_policy(
     stack: Stack, probe: DatabaseProbe, codex: Path
 ) -> None:
-    stack.add_worker("w1", **codex_worker_env(codex, stack.model.url))
+    worker = stack.add_worker("w1", **codex_worker_env(codex, stack.model.url))
     # a policy the CLI has no flag for: refused, never run without it
     refused = stack.submit(
         "careful", cli="codex", policy={"tools": {"deny": ["Bash(rm:*)"]}}, max_attempts=1
@@ -116,6 +117,9 @@ def test_codex_timeout_usage_limit_and_refused_policy(
     assert [(r["error_code"], r["error_message"]) for r in errors] == [
         ("timeout", "Timed out after 3s")
     ]
+
+    # a cancel while it waits for the model stops it, its processes with it
+    check_a_cancel_stops_the_run(stack, worker, "codex")
 
     # a ChatGPT plan's usage limit parks the task until the time the CLI says
     reset = int(time.time()) + 3600

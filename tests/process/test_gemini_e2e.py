@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bloom.worker.agents.gemini.install import PINNED_VERSION
+from tests.support.cancel import check_a_cancel_stops_the_run
 from tests.support.db import DatabaseProbe
 from tests.support.gemini import MODEL, gemini_binary, gemini_worker_env
 from tests.support.required import unavailable
@@ -39,7 +40,7 @@ def agent_events(stack: Stack, task_id: str) -> list[dict[str, Any]]:
 def test_a_gemini_task_answers_streams_counts_resumes_calls_tools_and_fails_as_it_should(
     stack: Stack, probe: DatabaseProbe, gemini: Path
 ) -> None:
-    stack.add_worker("w1", **gemini_worker_env(gemini, stack.model.url))
+    worker = stack.add_worker("w1", **gemini_worker_env(gemini, stack.model.url))
     worker = stack.http.get("/workers/w1").json()
     assert worker["capabilities"]["clis"]["gemini"] == PINNED_VERSION
 
@@ -119,6 +120,9 @@ def test_a_gemini_task_answers_streams_counts_resumes_calls_tools_and_fails_as_i
     assert [(r["error_code"], r["error_message"]) for r in errors] == [
         ("timeout", "Timed out after 4s")
     ]
+
+    # a cancel while it waits for the model stops it, its processes with it
+    check_a_cancel_stops_the_run(stack, worker, "gemini")
 
     # a spent quota parks the task until the delay the API gave ends (and the worker: last)
     reset = int(time.time()) + 3600

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.cancel import processes_in
 from tests.support.db import DatabaseProbe
 from tests.support.stack import Stack, wait_for
 
@@ -136,20 +137,6 @@ def test_a_context_stays_on_its_worker_and_resumes_its_session(stack: Stack) -> 
     assert stack.wait(moved, timeout=20)["worker_id"] == "w2"
 
 
-def _processes_in(directory: Path) -> list[int]:
-    """Pids of live processes whose working directory is inside `directory`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if Path(os.readlink(proc / "cwd")).is_relative_to(directory):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_timeout_kills_the_cli_and_retries(stack: Stack, probe: DatabaseProbe) -> None:
     worker = stack.add_worker("w1")
@@ -161,7 +148,7 @@ def test_timeout_kills_the_cli_and_retries(stack: Stack, probe: DatabaseProbe) -
     assert [(r["error_code"], r["error_message"]) for r in errors] == [
         ("timeout", "Timed out after 2s")
     ] * 2
-    assert _processes_in(worker.work_dir / "tasks") == []
+    assert processes_in(worker.work_dir / "tasks") == []
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -5,7 +5,7 @@ points it: `bloom.worker.demo`)."""
 import os
 from pathlib import Path
 
-from bloom.worker.agents.codex.install import cached_binary
+from bloom.worker.agents.codex.install import LAUNCHER
 from bloom.worker.demo import DEMO_CODEX_MODEL, codex_echo_environment
 
 CODEX_CACHE = Path(__file__).resolve().parents[2] / ".cache" / "codex-cli"
@@ -15,7 +15,7 @@ MODEL = DEMO_CODEX_MODEL
 
 def codex_binary() -> Path | None:
     override = os.environ.get("BLOOM_TEST_CODEX_BIN")
-    return Path(override) if override else cached_binary(CODEX_CACHE)
+    return Path(override) if override else LAUNCHER.cached_binary(CODEX_CACHE)
 
 
 def codex_worker_env(codex: Path, model_url: str) -> dict[str, str]:

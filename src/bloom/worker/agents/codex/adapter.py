@@ -3,19 +3,15 @@ for a context's session, its sandbox for the task's permission mode; what it can
 rules, ask rules, a turn limit) is refused (docs/agents.md)."""
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from bloom.domain.retry import ErrorCode
 from bloom.domain.tool_policy import ToolPolicy
 from bloom.worker.agents.base import (
-    AgentCli,
     Command,
-    Found,
     Launch,
-    Refused,
     RunSpec,
     StreamParser,
 )
@@ -23,6 +19,8 @@ from bloom.worker.agents.codex import config, stream
 from bloom.worker.agents.codex import install as cli_install
 from bloom.worker.agents.codex import outcome as codex_outcome
 from bloom.worker.agents.codex.env import child_environment
+from bloom.worker.agents.launched import LaunchedCli
+from bloom.worker.agents.npm import Launcher
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_SESSION = re.compile(r"no rollout found for thread id|thread/resume failed", re.IGNORECASE)
@@ -93,7 +91,7 @@ def sandbox_args(fleet: list[str], tools: ToolPolicy | None, *, workspace: bool)
 
 
 @dataclass(slots=True)
-class CodexCli(AgentCli):
+class CodexCli(LaunchedCli):
     name: ClassVar[str] = "codex"
     title: ClassVar[str] = "Codex"
     package: ClassVar[str] = cli_install.PACKAGE
@@ -102,40 +100,18 @@ class CodexCli(AgentCli):
     model: str | None = None
     """The model its arguments or config.toml name (for the cost), if they name one."""
 
-    @classmethod
-    def find(cls, environ: Mapping[str, str]) -> Found | None:
-        found = cli_install.LAUNCHER.found(environ)
-        return Found(*found) if found else None
+    launcher: ClassVar[Launcher] = cli_install.LAUNCHER
+    failure: ClassVar[type[Exception]] = cli_install.CodexCliError
 
-    @classmethod
-    def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
-        return cli_install.install_codex(cli_install.cache_dir(environ), echo)
-
-    def resolved(self) -> str | None:
-        """The binary to run: `binary` when the operator set it (a path, or a name on PATH),
-        else `codex` on PATH, else the pinned one in the cache; None when there is none."""
-        return cli_install.LAUNCHER.resolved(self.binary)
-
-    def detect(self) -> str | None:
-        binary = self.resolved()
-        return cli_install.LAUNCHER.version(binary) if binary else None
+    def refusal(self, tools: ToolPolicy | None) -> str | None:
+        return refusal(tools)
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, self.listed_env)
 
     def invocation(self, spec: RunSpec, environ: Mapping[str, str]) -> Launch:
+        binary = self.runnable(spec)
         tools = spec.policy.tools
-        refused = refusal(tools)
-        if refused:
-            raise Refused(refused)
-        if spec.decisions or spec.continues:
-            raise Refused("the Codex CLI cannot resume a session with decisions on tool calls")
-        binary = self.resolved()
-        if binary is None:
-            raise Refused(
-                f"no Codex CLI here ({self.binary or 'codex'} is not there, nor one in "
-                f"{cli_install.cache_dir()}): `bloom agents install codex`"
-            )
         args = ["exec", "--json", "--skip-git-repo-check", "--cd", str(spec.cwd)]
         args += sandbox_args(list(self.extra_args), tools, workspace=spec.workspace)
         if spec.resume:

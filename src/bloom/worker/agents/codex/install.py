@@ -7,7 +7,6 @@ which the launcher runs in its place (`execve`: signals reach the binary itself)
 `BLOOM_CODEX_CACHE`), and fetch it there with npm when asked to (`npm.Launcher`).
 """
 
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from bloom.worker.agents.npm import Launcher, Package
@@ -24,34 +23,3 @@ LAUNCHER = Launcher(NPM_PACKAGE, PINNED_VERSION, CACHE_ENV, DEFAULT_CACHE_DIR)
 
 class CodexCliError(RuntimeError):
     """The CLI could not be found or fetched; the message says what to do."""
-
-
-def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where the fetched CLI lives: `BLOOM_CODEX_CACHE`, or `./.cache/codex-cli`."""
-    return LAUNCHER.cache_dir(environ)
-
-
-def installed_version(cache: Path) -> str | None:
-    """The version of the package installed in `cache`, or None."""
-    return LAUNCHER.installed_version(cache)
-
-
-def cached_binary(cache: Path, version: str = PINNED_VERSION) -> Path | None:
-    """The CLI's launcher in `cache` when the pinned version is installed there, else None."""
-    return LAUNCHER.cached_binary(cache, version)
-
-
-def find_codex(environ: Mapping[str, str] | None = None) -> tuple[Path, str] | None:
-    """The CLI to run and how it was found ("configured", "path", "cache"), or None."""
-    return LAUNCHER.find(environ)
-
-
-def install_codex(
-    cache: Path,
-    echo: Callable[[str], None],
-    *,
-    version: str = PINNED_VERSION,
-    npm: str | None = None,
-) -> Path:
-    """Fetch the CLI into `cache` with npm (its output goes to our stderr); its binary's path."""
-    return LAUNCHER.install(cache, echo, failure=CodexCliError, version=version, npm=npm)

@@ -4,7 +4,7 @@ permission mode and `--allowed-tools` for its allow rules; what it cannot do (as
 a turn limit) is refused (docs/agents.md)."""
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -12,9 +12,7 @@ from typing import ClassVar
 from bloom.domain.retry import ErrorCode
 from bloom.domain.tool_policy import ToolPolicy
 from bloom.worker.agents.base import (
-    AgentCli,
     Command,
-    Found,
     Launch,
     Refused,
     RunSpec,
@@ -24,6 +22,8 @@ from bloom.worker.agents.gemini import config, stream
 from bloom.worker.agents.gemini import install as cli_install
 from bloom.worker.agents.gemini import outcome as gemini_outcome
 from bloom.worker.agents.gemini.env import child_environment
+from bloom.worker.agents.launched import LaunchedCli
+from bloom.worker.agents.npm import Launcher
 from bloom.worker.agents.outcome import Outcome, RunReport
 
 NO_SESSION = re.compile(
@@ -141,49 +141,24 @@ def resume_args(env: Mapping[str, str], session_id: str, cwd: Path) -> list[str]
 
 
 @dataclass(slots=True)
-class GeminiCli(AgentCli):
+class GeminiCli(LaunchedCli):
     name: ClassVar[str] = "gemini"
     title: ClassVar[str] = "Gemini"
     package: ClassVar[str] = cli_install.PACKAGE
     pinned_version: ClassVar[str] = cli_install.PINNED_VERSION
 
-    @classmethod
-    def find(cls, environ: Mapping[str, str]) -> Found | None:
-        found = cli_install.LAUNCHER.found(environ)
-        return Found(*found) if found else None
+    launcher: ClassVar[Launcher] = cli_install.LAUNCHER
+    failure: ClassVar[type[Exception]] = cli_install.GeminiCliError
 
-    @classmethod
-    def install(cls, environ: Mapping[str, str], echo: Callable[[str], None]) -> Path:
-        launcher = cli_install.LAUNCHER
-        return launcher.install(
-            launcher.cache_dir(environ), echo, failure=cli_install.GeminiCliError
-        )
-
-    def resolved(self) -> str | None:
-        """The binary to run: `binary` when the operator set it (a path, or a name on PATH),
-        else `gemini` on PATH, else the pinned one in the cache; None when there is none."""
-        return cli_install.LAUNCHER.resolved(self.binary)
-
-    def detect(self) -> str | None:
-        binary = self.resolved()
-        return cli_install.LAUNCHER.version(binary) if binary else None
+    def refusal(self, tools: ToolPolicy | None) -> str | None:
+        return refusal(tools)
 
     def environment(self, environ: Mapping[str, str], agent_slug: str) -> dict[str, str]:
         return child_environment(environ, self.listed_env)
 
     def invocation(self, spec: RunSpec, environ: Mapping[str, str]) -> Launch:
+        binary = self.runnable(spec)
         tools = spec.policy.tools
-        refused = refusal(tools)
-        if refused:
-            raise Refused(refused)
-        if spec.decisions or spec.continues:
-            raise Refused("the Gemini CLI cannot resume a session with decisions on tool calls")
-        binary = self.resolved()
-        if binary is None:
-            raise Refused(
-                f"no Gemini CLI here ({self.binary or 'gemini'} is not there, nor one in "
-                f"{cli_install.LAUNCHER.cache_dir()}): `bloom agents install gemini`"
-            )
         args = ["--output-format", "stream-json", "--skip-trust"]
         args += approval_args(list(self.extra_args), tools, workspace=spec.workspace)
         env = self.environment(environ, spec.agent_slug)
