@@ -40,7 +40,7 @@ def agent_events(stack: Stack, task_id: str) -> list[dict[str, Any]]:
 def test_a_gemini_task_answers_streams_counts_resumes_calls_tools_and_fails_as_it_should(
     stack: Stack, probe: DatabaseProbe, gemini: Path
 ) -> None:
-    worker = stack.add_worker("w1", **gemini_worker_env(gemini, stack.model.url))
+    node = stack.add_worker("w1", **gemini_worker_env(gemini, stack.model.url))
     worker = stack.http.get("/workers/w1").json()
     assert worker["capabilities"]["clis"]["gemini"] == PINNED_VERSION
 
@@ -122,7 +122,7 @@ def test_a_gemini_task_answers_streams_counts_resumes_calls_tools_and_fails_as_i
     ]
 
     # a cancel while it waits for the model stops it, its processes with it
-    check_a_cancel_stops_the_run(stack, worker, "gemini")
+    check_a_cancel_stops_the_run(stack, node, "gemini")
 
     # a spent quota parks the task until the delay the API gave ends (and the worker: last)
     reset = int(time.time()) + 3600
