@@ -40,7 +40,9 @@ def agent_events(stack: Stack, task_id: str) -> list[dict[str, Any]]:
 def test_a_gemini_task_answers_streams_counts_resumes_calls_tools_and_fails_as_it_should(
     stack: Stack, probe: DatabaseProbe, gemini: Path
 ) -> None:
-    node = stack.add_worker("w1", **gemini_worker_env(gemini, stack.model.url))
+    node = stack.add_worker(
+        "w1", **gemini_worker_env(gemini, stack.model.url, stack.data_dir / "gemini-home")
+    )
     worker = stack.http.get("/workers/w1").json()
     assert worker["capabilities"]["clis"]["gemini"] == PINNED_VERSION
 

@@ -73,7 +73,9 @@ def test_each_task_lands_on_a_worker_with_its_cli_and_a_missing_one_waits(
         assert f"no online worker has the {cli} CLI" in shown(stack, task_id)
 
     no_claude_credentials = {name: "" for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")}
-    others = codex_worker_env(codex, stack.model.url) | gemini_worker_env(gemini, stack.model.url)
+    others = codex_worker_env(codex, stack.model.url) | gemini_worker_env(
+        gemini, stack.model.url, stack.data_dir / "gemini-home"
+    )
     stack.add_worker("w-others", **others, **no_claude_credentials)
     capabilities = stack.http.get("/workers/w-others").json()["capabilities"]
     assert capabilities["clis"] == {"codex": CODEX_VERSION, "gemini": GEMINI_VERSION}

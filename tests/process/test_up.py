@@ -288,11 +288,10 @@ def test_up_with_the_demo_model_runs_a_task_and_ctrl_c_leaves_nothing(
 ):
     # with them, a Codex and a Gemini task too (`bloom agents install codex`, `… gemini`)
     others = {"codex": codex_binary(), "gemini": gemini_binary()}
-    homes = {"codex": {"CODEX_HOME": str(tmp_path)}, "gemini": {"GEMINI_CLI_HOME": str(tmp_path)}}
-    with_others: dict[str, str] = {}
+    with_others: dict[str, str] = {"CODEX_HOME": str(tmp_path)}  # the demo makes Gemini's
     for name, binary in others.items():
         if binary is not None:
-            with_others |= {f"BLOOM_{name.upper()}_BIN": str(binary), **homes[name]}
+            with_others[f"BLOOM_{name.upper()}_BIN"] = str(binary)
     up = Up(tmp_path, "--demo-model", BLOOM_CLAUDE_BIN=claude_bin, **with_others)
     started.append(up)
     up.wait_for("BLOOM is up")

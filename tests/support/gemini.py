@@ -19,6 +19,6 @@ def gemini_binary() -> Path | None:
     return Path(override) if override else LAUNCHER.cached_binary(GEMINI_CACHE)
 
 
-def gemini_worker_env(gemini: Path, model_url: str) -> dict[str, str]:
-    """A worker's settings for running the Gemini CLI against the echo model."""
-    return gemini_echo_environment(str(gemini), model_url)
+def gemini_worker_env(gemini: Path, model_url: str, home: Path) -> dict[str, str]:
+    """A worker's settings for running the Gemini CLI against the echo model, `home` its own."""
+    return gemini_echo_environment(str(gemini), model_url, home)

@@ -34,7 +34,7 @@ from bloom.cli.supervisor import (
 from bloom.worker.agents.claude import credentials
 from bloom.worker.agents.claude import install as claude_cli
 from bloom.worker.agents.claude.env import child_environment
-from bloom.worker.demo import DEMO_REPO, demo_clis, demo_environment
+from bloom.worker.demo import DEMO_REPO, demo_clis, demo_environment, other_clis_environment
 
 HOST = "127.0.0.1"
 DEMO_GIT_DIR = "demo-git"
@@ -238,7 +238,9 @@ def plan(options: UpOptions, environ: Mapping[str, str], key: str) -> list[Child
     if options.worker_concurrency is not None:
         worker_env["BLOOM_WORKER_CONCURRENCY"] = str(options.worker_concurrency)
     if options.demo_model:  # the user's real credentials stay home; the demo repository's tasks
-        worker_env = demo_environment(worker_env, options.model_url, options.agent_bins)
+        worker_env = demo_environment(worker_env, options.model_url) | other_clis_environment(
+            options.agent_bins, options.model_url, options.data_dir
+        )
         worker_env["BLOOM_WORKER_ALLOW_CLONE"] = "true"
     since_ms = time.time_ns() // 1_000_000
     children.append(

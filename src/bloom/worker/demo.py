@@ -3,11 +3,14 @@
 pointed at the model, the user's own credentials left out."""
 
 import json
+import shutil
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from bloom.worker.agents.base import AgentCli
 from bloom.worker.agents.codex.adapter import CodexCli
 from bloom.worker.agents.gemini.adapter import GeminiCli
+from bloom.worker.agents.gemini.env import SYSTEM_DEFAULTS
 
 DEMO_API_KEY = "demo-not-a-secret"
 DEMO_REPO = "demo"
@@ -58,38 +61,53 @@ def codex_echo_environment(binary: str, model_url: str) -> dict[str, str]:
     }
 
 
-def gemini_echo_environment(binary: str, model_url: str) -> dict[str, str]:
+def gemini_echo_environment(binary: str, model_url: str, home: Path) -> dict[str, str]:
     """A worker's settings for running the Gemini CLI at `binary` against the echo model (its
-    Gemini API at `GOOGLE_GEMINI_BASE_URL`, a made-up key)."""
+    Gemini API at `GOOGLE_GEMINI_BASE_URL`, a made-up key), with `home` as the CLI's own
+    (`GEMINI_CLI_HOME`, made here): its user settings are the worker's offline defaults, which
+    choose the key's authentication. The CLI reads system defaults only from a root-owned path
+    no one else can write to (not for a worker run by another user, nor from a checkout under
+    /tmp); its user settings, always."""
+    settings = home / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SYSTEM_DEFAULTS, settings)
     return {
         "BLOOM_GEMINI_BIN": binary,
         "BLOOM_GEMINI_ARGS": json.dumps(["--model", DEMO_GEMINI_MODEL]),
         "GOOGLE_GEMINI_BASE_URL": model_url,
         "GEMINI_API_KEY": DEMO_API_KEY,
+        "GEMINI_CLI_HOME": str(home),
     }
 
 
-ECHO_ENVIRONMENTS: dict[str, tuple[type[AgentCli], Callable[[str, str], dict[str, str]]]] = {
-    "codex": (CodexCli, codex_echo_environment),
+EchoEnvironment = Callable[[str, str, Path], dict[str, str]]
+"""A CLI's settings for the echo model: from its binary, the model's URL and a directory of its
+own."""
+ECHO_ENVIRONMENTS: dict[str, tuple[type[AgentCli], EchoEnvironment]] = {
+    "codex": (CodexCli, lambda binary, model_url, _home: codex_echo_environment(binary, model_url)),
     "gemini": (GeminiCli, gemini_echo_environment),
 }
 """The agent CLIs besides Claude the demo points at the echo model: each one's adapter (to find
 it) and its settings for the model."""
 
 
-def demo_environment(
-    environ: Mapping[str, str], model_url: str, clis: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """`environ` for a worker whose CLIs talk to the echo model at `model_url`: Claude always,
-    and each other CLI of `clis` (name → binary, `demo_clis`)."""
+def demo_environment(environ: Mapping[str, str], model_url: str) -> dict[str, str]:
+    """`environ` for a worker whose Claude CLI talks to the echo model at `model_url`, the
+    user's own credentials left out."""
     env = {name: value for name, value in environ.items() if name not in USER_CREDENTIALS}
-    env |= {
+    return env | {
         "ANTHROPIC_BASE_URL": model_url,
         "ANTHROPIC_API_KEY": DEMO_API_KEY,
         "BLOOM_CLAUDE_ARGS": json.dumps(DEMO_CLAUDE_ARGS),
     }
-    for name, binary in (clis or {}).items():
-        env |= ECHO_ENVIRONMENTS[name][1](binary, model_url)
+
+
+def other_clis_environment(clis: Mapping[str, str], model_url: str, homes: Path) -> dict[str, str]:
+    """The settings for each CLI of `clis` (name → binary, `demo_clis`) to talk to the echo
+    model, those that need a directory of their own given one under `homes`."""
+    env: dict[str, str] = {}
+    for name, binary in clis.items():
+        env |= ECHO_ENVIRONMENTS[name][1](binary, model_url, homes / f"{name}-home")
     return env
 
 
