@@ -11,8 +11,9 @@ worker's own secrets.
 Its system defaults (`GEMINI_CLI_SYSTEM_DEFAULTS_PATH`, the lowest of its settings: the user's
 own `settings.json` overrides them) are `system-defaults.json` beside this module, unless the
 operator names other ones: no usage statistics, telemetry, update check or IDE connection, so
-that it calls nothing but its model. The CLI takes them only from a directory no other user can
-write to (it warns on stderr and skips them otherwise).
+that it calls nothing but its model. The CLI takes them only when the file and every directory above
+it are owned by root and writable by no one else (it warns on stderr and skips them
+otherwise): a worker run by another user needs them in its own user settings (docs/agents.md).
 
 With `GOOGLE_GEMINI_BASE_URL` and `GEMINI_API_KEY`, 0.61.0 picks an authentication of its own
 ("gateway") that its headless mode then rejects ("Invalid auth method selected."): the key's
