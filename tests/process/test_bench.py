@@ -162,9 +162,11 @@ async def test_dashboard_mode_times_every_read(database_url: str, tmp_path: Path
     ]
     rows = {timing.read: timing.rows for timing in report.timings}
     # the overview: the recent tasks' table (a header and 8), then today's cost (a header and a
-    # row per agent that finished work since 00:00 UTC: up to five, none just after midnight)
+    # row per agent that finished work since 00:00 UTC: up to five, none just after midnight),
+    # and with it the cost per agent CLI (a header and a row: the fill's tasks are Claude's)
+    by_cli = 1 + 1
     for overview in ("page: / (overview, last hour)", "page: /?window=day"):
-        assert rows.pop(overview) in (1 + 8, *range(1 + 8 + 2, 1 + 8 + 1 + 5 + 1))
+        assert rows.pop(overview) in (1 + 8, *range(1 + 8 + 2 + by_cli, 1 + 8 + 1 + 5 + 1 + by_cli))
     assert rows.pop("usage: today by project (the overview's cost)") in range(6)
     assert (
         rows
