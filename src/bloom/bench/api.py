@@ -88,27 +88,20 @@ class RuntimeApi:
             return []
         return [str(task["id"]) for task in response.json()["tasks"]]
 
-    async def create_fan_in(self, run_id: str, dependencies: int) -> tuple[list[str], str]:
-        """Queue a fan-in in one batch: `dependencies` tasks and one that waits for them all
-        (docs/graphs.md); (their ids, its id), or ([], "") on an error."""
+    async def create_graph(self, run_id: str, after: list[tuple[int, ...]]) -> list[str]:
+        """Queue a graph in one batch (docs/graphs.md): task `n` waits for the tasks that
+        `after[n]` numbers (earlier ones, named by their refs), each in a context of its own;
+        their ids, in that order, or [] on an error."""
         tasks: list[dict[str, Any]] = [
             {"context_id": f"{run_id}-{n}", "agent_slug": TASK_AGENT, "prompt": TASK_PROMPT,
-             "ref": f"d{n}"}
-            for n in range(dependencies)
+             "ref": f"t{n}"}
+            | ({"depends_on": [f"t{m}" for m in dependencies]} if dependencies else {})
+            for n, dependencies in enumerate(after)
         ]  # fmt: skip
-        tasks.append(
-            {
-                "context_id": f"{run_id}-sink",
-                "agent_slug": TASK_AGENT,
-                "prompt": TASK_PROMPT,
-                "depends_on": [f"d{n}" for n in range(dependencies)],
-            }
-        )
         response = await self.conn.request("POST", f"{API}/llm-tasks/batch", {"tasks": tasks})
-        if not self._ok("create fan-in", response):
-            return [], ""
-        ids = [str(task["id"]) for task in response.json()["tasks"]]
-        return ids[:-1], ids[-1]
+        if not self._ok("create graph", response):
+            return []
+        return [str(task["id"]) for task in response.json()["tasks"]]
 
     async def claim(self, worker: str, wait_seconds: float) -> Claim | None:
         """Long-poll for a task: the claim, or None when none came (204) or on an error."""
@@ -176,6 +169,14 @@ class RuntimeApi:
             Claim(str(grant["task"]["id"]), str(grant["lease"]["id"])) for grant in reply["next"]
         ]
         return completed, following
+
+    async def task_counts(self) -> dict[str, int]:
+        """The overview's tasks per status (`GET /stats`, from the kept counts); {} on an
+        error."""
+        response = await self.conn.request("GET", f"{API}/stats")
+        if not self._ok("stats", response):
+            return {}
+        return {str(status): int(n) for status, n in response.json()["tasks"]["by_status"].items()}
 
     async def task_events(self, task_id: str) -> list[dict[str, Any]]:
         """Follow a task's events until it ends: each event as the stream sends it, then the

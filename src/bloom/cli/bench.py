@@ -146,13 +146,25 @@ def bench(
         int | None,
         typer.Option(
             min=1,
-            max=graph_mode.MAX_DEPENDENCIES,
-            help="Graph mode: --rounds times, a fan-in of this many dependencies made in one "
-            "batch and drained by --workers simulated workers, against a server of the bench's "
-            "own: how soon the dependent is granted after its last dependency's complete.",
+            max=graph_mode.MAX_TASKS,
+            help="Graph mode: --rounds times, a graph made in one batch (a fan-in of this many "
+            "dependencies, or with --shape layers this many tasks) and drained by --workers "
+            "simulated workers, against a server of the bench's own: how soon a dependent is "
+            "granted after its last dependency's complete, and each task completed, released "
+            "and granted once.",
         ),
     ] = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Graph mode: fan-ins drained.")] = 10,
+    rounds: Annotated[int, typer.Option(min=1, help="Graph mode: graphs drained.")] = 10,
+    shape: Annotated[
+        graph_mode.Shape,
+        typer.Option(
+            help="Graph mode: a fan-in, or layers of --width tasks, each after the first "
+            "waiting for 1 to 3 tasks of the layer before."
+        ),
+    ] = graph_mode.Shape.FAN_IN,
+    width: Annotated[
+        int | None, typer.Option(min=1, help="Graph mode, --shape layers: tasks per layer.")
+    ] = None,
     interval: Annotated[
         float, typer.Option(min=0, help="Fleet mode: seconds between two creates.")
     ] = 0.1,
@@ -191,6 +203,7 @@ def bench(
     per batch); tasks/s.
 
     Graph mode (--graph 500 [--rounds 10]): fan-ins drained; the dependent's release latency.
+    With --shape layers (--graph 1000 --shape layers [--width 100]): a layered graph drained.
 
     Worker-overhead mode (--worker-overhead 50): a real worker's own cost per task.
 
@@ -201,6 +214,12 @@ def bench(
     err = Console(stderr=True)
     if batch != 1 and drain is None:
         raise typer.BadParameter("--batch goes with --drain")
+    graph_options = _graph_options(
+        graph,
+        shape,
+        width,
+        graph_mode.GraphOptions(0, rounds, workers, database_url, server_workers),
+    )
     if dashboard is not None:
         _in_process("--dashboard", url=url, depth=depth)
         _dashboard(dashboard_mode.DashboardOptions(dashboard, runs, database_url), err, json_output)
@@ -232,13 +251,9 @@ def bench(
         fleet_report = _own_server(fleet_mode.run_fleet(fleet_options), err)
         _finish(fleet_report, fleet_mode.as_json, fleet_mode.render, json_output, fleet_report.safe)
         return
-    if graph is not None:
+    if graph_options is not None:
         _alone("--graph", url=url, depth=depth, soak=soak, drain=drain)
-        _graph(
-            graph_mode.GraphOptions(graph, rounds, workers, database_url, server_workers),
-            err,
-            json_output,
-        )
+        _graph(graph_options, err, json_output)
         return
     if drain is not None:
         _alone("--drain", url=url, depth=depth, soak=soak)
@@ -286,8 +301,30 @@ def bench(
         raise typer.Exit(1)
 
 
+def _graph_options(
+    graph: int | None,
+    shape: graph_mode.Shape,
+    width: int | None,
+    common: graph_mode.GraphOptions,
+) -> graph_mode.GraphOptions | None:
+    """Graph mode's options (`common` with the graph's size, shape and width), or None without
+    --graph; --shape and --width refused without it, --width without --shape layers."""
+    if graph is None:
+        if shape is not graph_mode.Shape.FAN_IN or width is not None:
+            raise typer.BadParameter("--shape and --width go with --graph")
+        return None
+    if width is not None and shape is not graph_mode.Shape.LAYERS:
+        raise typer.BadParameter("--width goes with --shape layers")
+    options = replace(common, size=graph, shape=shape)
+    return options if width is None else replace(options, width=width)
+
+
 def _graph(options: graph_mode.GraphOptions, err: Console, json_output: bool) -> None:
-    err.print(f"graph: {options.rounds} fan-ins of {options.dependencies}", highlight=False)
+    if options.shape is graph_mode.Shape.FAN_IN:
+        graphs = f"fan-ins of {options.size}"
+    else:
+        graphs = f"layered graphs of {options.size} tasks"
+    err.print(f"graph: {options.rounds} {graphs}", highlight=False)
     graphed = _own_server(graph_mode.run_graph(options), err)
     _finish(graphed, graph_mode.as_json, graph_mode.render, json_output, graphed.safe)
 

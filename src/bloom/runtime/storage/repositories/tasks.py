@@ -385,14 +385,22 @@ def _claim_granting_statement() -> Any:
 _CLAIM = _claim_statement()
 _CLAIM_GRANTING = _claim_granting_statement()
 _CLAIM_SEVERAL = _claim_several_statement()
-_WALK_THE_QUEUE_INDEX = select(func.set_config("enable_sort", "off", True))
+WALKING = func.concat(
+    func.set_config("enable_sort", "off", True), func.set_config("jit", "off", True)
+).label("walking")
 """PostgreSQL, for the rest of the claim's transaction: no plan that sorts. A burst of creates
 into a small table leaves its statistics saying "a few rows" until autoanalyze comes (up to a
 minute later); the planner then reads every queued row, runs the context test on each and sorts
 them (20-50 ms a claim at 4,000 queued), where walking `ix_llm_tasks_queue` in order stops at the
 first row it may take. With sorting priced out, only that walk is left. (A generic plan, made
 once, would save the claim's planning, 0.27 ms; but the one PostgreSQL made took 54 ms a claim
-at 100,000 queued, so each claim is planned for its values: docs/decisions.md.)"""
+at 100,000 queued, so each claim is planned for its values: docs/decisions.md.)
+
+And no JIT compilation: a statement of the same transaction that must sort (a grant's
+dependency answers, in the order the task named them) is still planned with a sort, now priced
+at `disable_cost` (10^10), far past `jit_above_cost`, so PostgreSQL would compile it to machine
+code first: 160-220 ms for a 15 ms read (a fan-in of 500's grant, docs/benchmarks.md)."""
+_WALK_THE_QUEUE_INDEX = select(WALKING)
 
 
 class TaskRepository(Repository):

@@ -21,6 +21,7 @@ from bloom.db.repository import Repository, entity_columns, entity_values, is_st
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
 from bloom.runtime.storage.repositories.keepers import has_cli
+from bloom.runtime.storage.repositories.tasks import WALKING
 from bloom.runtime.storage.tables import leases, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
@@ -57,11 +58,10 @@ _LOCK_WITH_ASSIGNED = (
     .where(w.c.id == bindparam("b_id"))
     .with_for_update(of=w)
 )
-# PostgreSQL: the same, setting the claim's plan setting for the rest of the transaction (the
-# tasks repository's `_WALK_THE_QUEUE_INDEX`), a round trip less per look.
-_WALKING = func.set_config("enable_sort", "off", True).label("walking")
-_CHECK_IN_WALKING = _CHECK_IN.returning(_WALKING)
-_LOCK_WITH_ASSIGNED_WALKING = _LOCK_WITH_ASSIGNED.add_columns(_WALKING)
+# PostgreSQL: the same, setting the claim's plan settings for the rest of the transaction (the
+# tasks repository's `WALKING`), a round trip less per look.
+_CHECK_IN_WALKING = _CHECK_IN.returning(WALKING)
+_LOCK_WITH_ASSIGNED_WALKING = _LOCK_WITH_ASSIGNED.add_columns(WALKING)
 _LIST = select(*WORKER_COLUMNS).order_by(w.c.id)
 _INSERT_NEW = {
     kind: dialect.insert(w).on_conflict_do_nothing(index_elements=[w.c.id]).returning(w.c.id)
