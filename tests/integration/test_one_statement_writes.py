@@ -2,53 +2,13 @@
 one statement each, a complete in two, none inside BEGIN/COMMIT; what they write is what the
 steps wrote (both databases), and a write whose compare-and-set fails writes nothing."""
 
-import asyncio
 from typing import Any
 
 import httpx
-import pytest
-from asyncpg.transaction import Transaction
 
-from bloom.db import executor
 from tests.support.api import API, claim, create_task, failure, register_worker, success
 from tests.support.clock import FakeClock
-
-
-class Sent:
-    """The statements the executor sends, and the transactions asyncpg opens, for the test's
-    own requests (the ASGI transport runs them in its task; the app's loops run in theirs)."""
-
-    def __init__(self) -> None:
-        self.statements: list[str] = []
-        self.transactions = 0
-        self.task: object = None
-
-    def clear(self) -> None:
-        self.statements.clear()
-        self.transactions = 0
-        self.task = asyncio.current_task()
-
-    def ours(self) -> bool:
-        return asyncio.current_task() is self.task
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Sent:
-    seen = Sent()
-    send, start = executor.Connection._send, Transaction.start
-
-    async def counted_send(self: executor.Connection, plan: Any, args: list[Any]) -> Any:
-        if seen.ours():
-            seen.statements.append(plan.sql)
-        return await send(self, plan, args)
-
-    async def counted_start(self: Transaction) -> None:
-        seen.transactions += seen.ours()
-        await start(self)
-
-    monkeypatch.setattr(executor.Connection, "_send", counted_send)
-    monkeypatch.setattr(Transaction, "start", counted_start)
-    return seen
+from tests.support.sent import Sent
 
 
 async def trail(client: httpx.AsyncClient, task_id: str) -> list[tuple[str, str, str]]:

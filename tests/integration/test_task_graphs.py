@@ -12,6 +12,7 @@ import pytest
 
 from bloom.domain.graph import MAX_BATCH_DEPENDENCIES, MAX_DEPENDENCIES
 from tests.support.api import API, claim, create_task, failure, register_worker, success
+from tests.support.sent import Sent
 
 
 def task(prompt: str, ref: str | None = None, *after: str, **fields: Any) -> dict[str, Any]:
@@ -445,3 +446,34 @@ async def test_a_batch_takes_up_to_50000_dependencies_in_all(client: httpx.Async
     assert "50001 dependencies" in refusal["fieldErrors"]["tasks"][0]
     stats = (await client.get(f"{API}/stats")).json()["tasks"]["by_status"]
     assert stats == {"queued": 500, "blocked": 100}
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+async def test_a_release_is_one_statement_whatever_the_dependents(
+    client: httpx.AsyncClient, sent: Sent
+) -> None:
+    """The complete of a dependency sends as many statements for 40 dependents as for one (their
+    audit entries ride along), one of them the release: edges settled and waits counted off."""
+    await register_worker(client, "w1", slots=4)
+    sent_for: dict[int, list[str]] = {}
+    for dependents in (1, 40):
+        made = await batch(
+            client,
+            task(f"first of {dependents}", "a"),
+            task(f"second of {dependents}", "b"),
+            *(task(f"d{n} of {dependents}", f"d{n}", "a", "b") for n in range(dependents)),
+        )
+        first, second = await claim(client, "w1"), await claim(client, "w1")
+        assert first is not None
+        assert second is not None
+        assert (await end_of(client, first)).status_code == 200  # one wait off each
+        sent.clear()
+        assert (await end_of(client, second)).status_code == 200  # the last: all released
+        sent_for[dependents] = list(sent.statements)
+        assert set(await statuses(client, *made[2:])) == {"queued"}
+        for _ in range(dependents):  # out of the next round's way
+            await run(client, "w1")
+    assert len(sent_for[40]) == len(sent_for[1]), sent_for[40]
+    releases = [sql for sql in sent_for[40] if "UPDATE task_dependencies" in sql]
+    assert len(releases) == 1, sent_for[40]
+    assert "UPDATE llm_tasks" in releases[0]

@@ -42,11 +42,12 @@ _UNSETTLED_OF = (
 _RUNS_ANYWAY = t.c.on_dependency_failure == literal("run", String())
 
 
-def _released(only_run: bool) -> Any:
-    """One wait of each blocked task waiting (unsettled) on `b_dependency` counted off; the ones
-    whose count reaches 0 queued. Answers each task changed: id, status."""
+def _released(only_run: bool, waiting: Any = _UNSETTLED_OF) -> Any:
+    """One wait of each blocked task among `waiting` (by default those waiting, unsettled, on
+    `b_dependency`) counted off; the ones whose count reaches 0 queued. Answers each task
+    changed: id, status."""
     last = t.c.waiting_on <= 1
-    where = [is_state(t.c.status, "blocked"), t.c.id.in_(_UNSETTLED_OF)]
+    where = [is_state(t.c.status, "blocked"), t.c.id.in_(waiting)]
     if only_run:
         where.append(_RUNS_ANYWAY)
     return (
@@ -70,10 +71,19 @@ def _settle(only_run: bool) -> Any:
     return update(d).where(*where).values(settled=true())
 
 
+def _settled_and_released(only_run: bool) -> Any:
+    """PostgreSQL: both in one statement, the edges settled in a data-modifying CTE and the
+    tasks whose edge it settled counted off. The edges of one dependency are written by its own
+    end only, so taking their locks first waits for no one (no new lock order)."""
+    settled = _settle(only_run).returning(d.c.task_id).cte("settled")
+    return _released(only_run, select(settled.c.task_id))
+
+
 _RELEASE = _released(only_run=False)
 _RELEASE_RUNNING_ANYWAY = _released(only_run=True)
 _SETTLE = _settle(only_run=False)
 _SETTLE_RUNNING_ANYWAY = _settle(only_run=True)
+_SETTLE_AND_RELEASE = {only_run: _settled_and_released(only_run) for only_run in (False, True)}
 
 _CANCEL_WAITING = (
     update(t)
@@ -284,8 +294,11 @@ class GraphRepository(Repository):
         for the tasks that run anyway): each counts one wait off, its edge settled. The tasks
         it queued (their last wait), by id."""
         params = {"b_dependency": dependency_id, "b_now": now}
-        changed = await self.run(_RELEASE_RUNNING_ANYWAY if only_run else _RELEASE, params)
-        await self.run(_SETTLE_RUNNING_ANYWAY if only_run else _SETTLE, params)
+        if self.is_postgres:  # one statement, one round trip
+            changed = await self.run(_SETTLE_AND_RELEASE[only_run], params)
+        else:
+            changed = await self.run(_RELEASE_RUNNING_ANYWAY if only_run else _RELEASE, params)
+            await self.run(_SETTLE_RUNNING_ANYWAY if only_run else _SETTLE, params)
         queued = [row["id"] for row in changed if row["status"] == "queued"]
         self.released += queued
         return queued
