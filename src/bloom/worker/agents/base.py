@@ -15,6 +15,7 @@ timeout, cancel, kill, the prompt held until the lease is confirmed, stderr's ta
 (`bloom.worker.task_run`). docs/agents.md.
 """
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -139,6 +140,25 @@ class StreamParser(Protocol):
     def final(self) -> dict[str, Any] | None:
         """The run's final record (Claude: its `result` event), once one came."""
         ...
+
+
+class JsonLinesStream(ABC):
+    """A `StreamParser` for a CLI that prints one JSON object a line: each object read into
+    normalised `agent` events (`read`); a line that is no object, a `stderr` event."""
+
+    def feed(self, line: str) -> list[TaskEvent]:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return [("stderr", {"line": line[:2000]})]
+        if not isinstance(event, dict):
+            return [("stderr", {"line": line[:2000]})]
+        return [(AGENT_EVENT, data) for data in self.read(event)]
+
+    @abstractmethod
+    def read(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The normalised events one of the CLI's JSON objects makes, keeping what the run's
+        final record needs."""
 
 
 class Refused(Exception):

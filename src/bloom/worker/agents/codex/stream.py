@@ -9,10 +9,9 @@ events (`EventKind`), and what the run amounts to kept as its final record:
 completed)}`.
 """
 
-import json
 from typing import Any
 
-from bloom.worker.agents.base import AGENT_EVENT, EventKind, TaskEvent, agent_event
+from bloom.worker.agents.base import EventKind, JsonLinesStream, agent_event
 from bloom.worker.agents.prices import cost_usd
 
 MAX_OUTPUT_CHARS = 20_000
@@ -51,7 +50,7 @@ def _output(item: dict[str, Any]) -> tuple[Any, bool]:
     return None, failed
 
 
-class CodexStream:
+class CodexStream(JsonLinesStream):
     """One run's stdout."""
 
     def __init__(self, model: str | None = None) -> None:
@@ -90,16 +89,7 @@ class CodexStream:
             self.usage.get("output_tokens", 0),
         )
 
-    def feed(self, line: str) -> list[TaskEvent]:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return [("stderr", {"line": line[:2000]})]
-        if not isinstance(event, dict):
-            return [("stderr", {"line": line[:2000]})]
-        return [(AGENT_EVENT, data) for data in self._read(event)]
-
-    def _read(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def read(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("type")
         if kind == "thread.started":
             self.session_id = str(event.get("thread_id") or "") or None

@@ -13,10 +13,9 @@ The assistant's deltas are posted as one `text` event when its turn ends (a tool
 result), as the other CLIs post a message.
 """
 
-import json
 from typing import Any
 
-from bloom.worker.agents.base import AGENT_EVENT, EventKind, TaskEvent, agent_event
+from bloom.worker.agents.base import EventKind, JsonLinesStream, agent_event
 from bloom.worker.agents.prices import cost_usd
 
 MAX_OUTPUT_CHARS = 20_000
@@ -61,7 +60,7 @@ def run_cost(per_model: dict[str, dict[str, int]]) -> float | None:
     return sum(known) if known else None
 
 
-class GeminiStream:
+class GeminiStream(JsonLinesStream):
     """One run's stdout."""
 
     def __init__(self, model: str | None = None) -> None:
@@ -91,16 +90,7 @@ class GeminiStream:
             "completed": self.completed,
         }
 
-    def feed(self, line: str) -> list[TaskEvent]:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return [("stderr", {"line": line[:2000]})]
-        if not isinstance(event, dict):
-            return [("stderr", {"line": line[:2000]})]
-        return [(AGENT_EVENT, data) for data in self._read(event)]
-
-    def _read(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def read(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         kind = event.get("type")
         if kind == "init":
             self.session_id = str(event.get("session_id") or "") or None
