@@ -97,6 +97,8 @@ def test_plan_with_the_demo_model(tmp_path):
         "CLAUDE_CODE_OAUTH_TOKEN": "oauth",
         "OPENAI_API_KEY": "sk-openai-own",
         "CODEX_API_KEY": "codex-own",
+        "GEMINI_API_KEY": "gemini-own",
+        "GOOGLE_API_KEY": "google-own",
     }
     children = plan(options(tmp_path, demo_model=True), user_env, "the-key")
     assert [child.name for child in children] == ["model", "membridge", "runtime", "worker"]
@@ -113,7 +115,7 @@ def test_plan_with_the_demo_model(tmp_path):
     assert json.loads(worker.env["BLOOM_CLAUDE_ARGS"]) == ["--bare"]
     assert "BLOOM_WORKER_CONCURRENCY" not in worker.env
     assert {"OPENAI_API_KEY", "CODEX_API_KEY", "BLOOM_CODEX_BIN"}.isdisjoint(worker.env)
-    assert {"GEMINI_API_KEY", "BLOOM_GEMINI_BIN"}.isdisjoint(worker.env)
+    assert {"GEMINI_API_KEY", "GOOGLE_API_KEY", "BLOOM_GEMINI_BIN"}.isdisjoint(worker.env)
     # with a Codex and a Gemini CLI, they are pointed at the echo model too
     with_others = options(
         tmp_path, demo_model=True, agent_bins={"codex": "/opt/codex", "gemini": "/opt/gemini"}
@@ -128,6 +130,8 @@ def test_plan_with_the_demo_model(tmp_path):
     assert worker.env["BLOOM_GEMINI_BIN"] == "/opt/gemini"
     assert worker.env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:8101"
     assert worker.env["GEMINI_API_KEY"] == DEMO_API_KEY
+    assert "GOOGLE_API_KEY" not in worker.env
+    assert worker.env["GEMINI_CLI_HOME"] == str(tmp_path / "gemini-home")
 
 
 def test_the_demo_finds_the_other_clis_as_the_worker_would(tmp_path):
