@@ -15,7 +15,6 @@ of a model for the turn when none is named, its checks) is answered with the sma
 its schema allows, the echo in its strings.
 """
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -110,18 +109,15 @@ async def generate(
     model: "echo.EchoModel", name: str, body: dict[str, Any], *, stream: bool
 ) -> Response:
     """One `generateContent` (or its streaming twin) for the model `name`."""
-    model.requests.append(body)
     prompt = newest_prompt(body)
-    script = echo.Script.parse(prompt)
-    if script.sleep_sec:
-        await asyncio.sleep(script.sleep_sec)
+    script = await echo.played(model, body, prompt)
     if script.overloaded:
         return _error(503, "UNAVAILABLE", "The model is overloaded. Please try again later.")
-    if script.usage_limit_reset is not None and time.time() < script.usage_limit_reset:
-        return usage_limit(script.usage_limit_reset)
+    if (reset := script.limit_on(time.time())) is not None:
+        return usage_limit(reset)
     results = call_outputs(body, prompt)
     call = echo.next_tool_call(prompt, results)
-    answer = f"echo: {(results[-1] if results and echo.TOOL.search(prompt) else prompt).strip()}"
+    answer = echo.echoed(prompt, results)
     prompt_tokens = max(1, len(json.dumps(body.get("contents", []))) // 4)
     output_tokens = script.output_tokens or max(1, len(answer) // 4)
     usage = {

@@ -81,6 +81,26 @@ class Script:
             else None,
         )
 
+    def limit_on(self, now: float) -> int | None:
+        """The reset (epoch seconds) of the prompt's usage limit while it is on at `now`."""
+        reset = self.usage_limit_reset
+        return reset if reset is not None and now < reset else None
+
+
+async def played(model: "EchoModel", body: dict[str, Any], prompt: str) -> Script:
+    """The request recorded and its prompt's script played up to the answer (the sleep it asks
+    for): what every API the echo model speaks does first."""
+    model.requests.append(body)
+    script = Script.parse(prompt)
+    if script.sleep_sec:
+        await asyncio.sleep(script.sleep_sec)
+    return script
+
+
+def echoed(prompt: str, results: list[str]) -> str:
+    """The answer: the prompt echoed, or the last tool result once a scripted call ran."""
+    return f"echo: {(results[-1] if results and TOOL.search(prompt) else prompt).strip()}"
+
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
@@ -202,27 +222,24 @@ class EchoModel:
             return _error(400, "invalid_request_error", "body is not JSON")
         if not isinstance(body, dict):
             return _error(400, "invalid_request_error", "body must be an object")
-        self.requests.append(body)
         prompt = last_user_text(body)
-        script = Script.parse(prompt)
-        if script.sleep_sec:
-            await asyncio.sleep(script.sleep_sec)
+        script = await played(self, body, prompt)
         if script.overloaded:
             return _error(529, "overloaded_error", "Overloaded", {"x-should-retry": "false"})
-        if script.usage_limit_reset is not None and time.time() < script.usage_limit_reset:
+        if (reset := script.limit_on(time.time())) is not None:
             return _error(
                 429,
                 "rate_limit_error",
-                f"Claude AI usage limit reached|{script.usage_limit_reset}",
+                f"Claude AI usage limit reached|{reset}",
                 {
                     "x-should-retry": "false",
                     "anthropic-ratelimit-unified-status": "rejected",
-                    "anthropic-ratelimit-unified-reset": str(script.usage_limit_reset),
+                    "anthropic-ratelimit-unified-reset": str(reset),
                 },
             )
         results = tool_results(body, prompt)
         call = next_tool_call(prompt, results)
-        answer = f"echo: {(results[-1] if results and TOOL.search(prompt) else prompt).strip()}"
+        answer = echoed(prompt, results)
         input_tokens = max(1, len(json.dumps(body.get("messages", []))) // 4)
         output_tokens = script.output_tokens or max(1, len(answer) // 4)
         model = str(body.get("model") or MODEL)

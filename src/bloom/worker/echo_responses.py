@@ -11,7 +11,6 @@ with `resets_at`, as the ChatGPT plan's limit does), and `[[tool NAME {JSON}]]` 
 output).
 """
 
-import asyncio
 import json
 import time
 import uuid
@@ -81,25 +80,22 @@ def _sse(data: dict[str, Any]) -> str:
 
 async def responses(model: "echo.EchoModel", body: dict[str, Any]) -> Response:
     """One `POST /v1/responses`."""
-    model.requests.append(body)
     prompt = newest_prompt(body)
-    script = echo.Script.parse(prompt)
-    if script.sleep_sec:
-        await asyncio.sleep(script.sleep_sec)
+    script = await echo.played(model, body, prompt)
     if script.overloaded:
         return _error(500, "server_error", "The server is overloaded, try again later")
-    if script.usage_limit_reset is not None and time.time() < script.usage_limit_reset:
+    if (reset := script.limit_on(time.time())) is not None:
         return _error(
             429,
             "usage_limit_reached",
             "The usage limit has been reached",
             plan_type="plus",
-            resets_at=script.usage_limit_reset,
-            resets_in_seconds=max(0, int(script.usage_limit_reset - time.time())),
+            resets_at=reset,
+            resets_in_seconds=max(0, int(reset - time.time())),
         )
     results = call_outputs(body, prompt)
     call = echo.next_tool_call(prompt, results)
-    answer = f"echo: {(results[-1] if results and echo.TOOL.search(prompt) else prompt).strip()}"
+    answer = echo.echoed(prompt, results)
     input_tokens = max(1, len(json.dumps(body.get("input", []))) // 4)
     output_tokens = script.output_tokens or max(1, len(answer) // 4)
     usage = {
