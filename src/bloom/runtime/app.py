@@ -40,6 +40,7 @@ from bloom.web.client_address import client_address
 from bloom.web.collector import tune_for_serving
 from bloom.web.guards import install_http_guards
 from bloom.web.head import HeadAsGetMiddleware
+from bloom.web.lean_routes import LeanRoutes
 from bloom.web.origins import OriginPolicy
 from bloom.web.rate_limit import RateLimiter, RateLimitMiddleware
 from bloom.web.request_log import RequestLogMiddleware
@@ -56,6 +57,9 @@ ROUTINE_REQUESTS = {
     ("POST", f"{RT}/llm-tasks/{{task_id}}/events"): frozenset({200}),
 }
 """Requests logged at DEBUG: polling and keep-alives, not events (`web/request_log.py`)."""
+LEAN = (tasks.create_task, lease_protocol.claim, lease_protocol.heartbeat, lease_protocol.complete)
+"""The seed's cycle: served first, without FastAPI's per-request machinery where it does nothing
+for them (`web/lean_routes.py`)."""
 
 
 def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system_clock) -> FastAPI:
@@ -105,6 +109,7 @@ def create_app(settings: RuntimeSettings | None = None, *, clock: Clock = system
         actions,
     ):
         app.include_router(module.router)
+    app.router.routes.insert(0, LeanRoutes(app.router.routes, LEAN))
     add_api_docs(app, "/api/docs")
     app.mount("/static", StaticFiles(packages=[("bloom.runtime.dashboard", "static")]), "static")
     app.state.logins = LoginCodec(server_secret(settings))

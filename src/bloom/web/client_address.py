@@ -11,6 +11,7 @@ raises on a malformed header. The servers run uvicorn without its own proxy-head
 (which trusts 127.0.0.1 by default), so these functions are the only judges.
 """
 
+import functools
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 
@@ -95,6 +96,7 @@ def _forwarded_for(scope: Scope) -> list[str]:
     return [entry.strip() for entry in ",".join(values).split(",")] if values else []
 
 
+@functools.lru_cache(maxsize=1024)  # a peer per request: parsing an address costs more
 def _parse(text: str) -> Address | None:
     """An address, with a port (`1.2.3.4:80`, `[::1]:80`) or brackets dropped; None if it is
     not one."""

@@ -14,6 +14,7 @@
   (curl, scripts, the CLI, workers) and the server's own pages are served as before.
 """
 
+import functools
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ def parse_host_names(value: object) -> tuple[str, ...]:
     return tuple(names)
 
 
+@functools.lru_cache(maxsize=1024)  # a Host per request: parsing an address costs more
 def is_loopback_name(name: str) -> bool:
     """`localhost`, a name under `.localhost`, or an address of 127.0.0.0/8 or `::1`."""
     if name == "localhost" or name.endswith(".localhost"):

@@ -10,8 +10,8 @@ server lists in its `Routine`) is logged at DEBUG, so INFO shows what happened, 
 
 import logging
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 
 import structlog
@@ -49,7 +49,7 @@ class RequestLogMiddleware:
             return
         started = time.perf_counter()
         given = next((v for k, v in scope["headers"] if k == REQUEST_ID), b"")
-        request_id = given if SAFE_ID.fullmatch(given) else uuid.uuid4().hex[:12].encode()
+        request_id = given if SAFE_ID.fullmatch(given) else secrets.token_hex(6).encode()
         status = 500
 
         async def send_with_id(message: Message) -> None:
