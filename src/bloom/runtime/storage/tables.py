@@ -316,6 +316,44 @@ project_spend = Table(
     Column("cost_usd", Float, nullable=False),
 )
 
+# ours: results summed per UTC day, project (the task's agent_slug) and agent CLI, and per minute,
+# kept by the database itself (migration 0019's triggers on llm_results, in the transaction that
+# writes the result), so the overview's cost today and its throughput read a few rows instead of
+# every result of the day. A group's figures are the sums over its slots (PostgreSQL spreads
+# transactions over 32, as `task_counts` does; SQLite uses slot 0); a row may sum to nothing
+# (its results deleted). The distinct tasks of a group are not kept: they do not add up.
+USAGE_DAY_SUMS = (
+    "attempts",
+    "succeeded",
+    "failed",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "tokens_used",
+    "num_turns",
+    "duration_ms",
+)
+usage_days = Table(
+    "usage_days",
+    metadata,
+    Column("day", BigInteger, primary_key=True, autoincrement=False),  # UTC midnight, epoch ms
+    Column("project", Text, primary_key=True),
+    Column("cli", Text, primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    *(
+        Column(name, Float if name == "cost_usd" else BigInteger, nullable=False)
+        for name in USAGE_DAY_SUMS
+    ),
+)
+result_minutes = Table(
+    "result_minutes",
+    metadata,
+    Column("minute", BigInteger, primary_key=True, autoincrement=False),  # epoch ms
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("succeeded", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),  # every status but success, as usage counts
+)
+
 # ours: spending limits per project, and until when a spent project's queued tasks wait
 budgets = Table(
     "budgets",
