@@ -1,9 +1,9 @@
-"""The results' rollups (`usage_days` and `result_minutes`, kept by migration 0019's triggers) on
-both databases: equal to a full scan of the results per day, project and agent CLI and per
-minute after a seeded random mix of everything that writes a result (and of results updated and
-deleted by hand, which no path of the runtime does), after completes racing each other, and
-after a bulk fill; and what the overview shows (its cost today, its throughput) is them, the
-same figures as the scans it replaced."""
+"""The results' rollups (`usage_days`, `result_minutes` and `result_quarters`, kept by migration
+0019's triggers) on both databases: equal to a full scan of the results per day, project and
+agent CLI, per minute and per quarter of an hour after a seeded random mix of everything that
+writes a result (and of results updated and deleted by hand, which no path of the runtime does),
+after completes racing each other, and after a bulk fill; and what the overview shows (its cost
+today, its throughput) is them, the same figures as the scans it replaced."""
 
 import asyncio
 import random
@@ -36,17 +36,23 @@ from bloom.runtime.storage.tables import (
     llm_results,
     llm_tasks,
     result_minutes,
+    result_quarters,
     usage_days,
 )
 from tests.integration.test_task_counts import OUTCOMES, Mix, completion
 from tests.support.clock import FakeClock
 from tests.support.db import DatabaseProbe
 
-res, tsk, ud, rm = llm_results, llm_tasks, usage_days, result_minutes
+res, tsk, ud = llm_results, llm_tasks, usage_days
+SPANS = {MINUTE_MS: result_minutes, 15 * MINUTE_MS: result_quarters}
 WORKERS = {"w0": 1, "w1": 2, "w2": 4}
 PROJECTS = ("a", "b", "c")
-WINDOWS = ((3_600_000, MINUTE_MS), (86_400_000, 15 * MINUTE_MS))
-"""The overview's: an hour in minutes, a day in quarters of an hour."""
+WINDOWS = (
+    (3_600_000, MINUTE_MS),  # the overview's: an hour in minutes (read per minute)
+    (86_400_000, 15 * MINUTE_MS),  # and a day in quarters of an hour (read per quarter)
+    (21_600_000, 3_600_000),  # hours: read per quarter
+    (600_000, 90_000),  # not whole minutes: counted from the results
+)
 
 Sums = dict[tuple[Any, ...], tuple[Any, ...]]
 
@@ -88,17 +94,19 @@ def kept_days(probe: DatabaseProbe) -> Sums:
     return {key: sums for key, sums in kept.items() if key not in emptied}
 
 
-def scanned_minutes(probe: DatabaseProbe) -> Sums:
-    minute = res.c.completed_at - res.c.completed_at % MINUTE_MS
-    stmt = select(minute, _succeeded(res.c.status), _failed(res.c.status)).group_by(minute)
+def scanned_spans(probe: DatabaseProbe, span_ms: int) -> Sums:
+    """Every result counted per span of `span_ms` (a minute, a quarter of an hour)."""
+    start = res.c.completed_at - res.c.completed_at % span_ms
+    stmt = select(start, _succeeded(res.c.status), _failed(res.c.status)).group_by(start)
     with probe.engine.connect() as conn:
         return {(row[0],): _numbers(row[1:]) for row in conn.execute(stmt)}
 
 
-def kept_minutes(probe: DatabaseProbe) -> Sums:
-    stmt = select(rm.c.minute, func.sum(rm.c.succeeded), func.sum(rm.c.failed))
+def kept_spans(probe: DatabaseProbe, span_ms: int) -> Sums:
+    counted = SPANS[span_ms]
+    stmt = select(counted.c.start, func.sum(counted.c.succeeded), func.sum(counted.c.failed))
     with probe.engine.connect() as conn:
-        rows = conn.execute(stmt.group_by(rm.c.minute))
+        rows = conn.execute(stmt.group_by(counted.c.start))
         return {(row[0],): _numbers(row[1:]) for row in rows if row[1] or row[2]}
 
 
@@ -117,7 +125,8 @@ async def assert_rollups_agree(container: Container, probe: DatabaseProbe) -> No
     the scans they replaced: today's cost per project and per CLI and its total, and the
     throughput of both windows."""
     assert_same_sums(kept_days(probe), scanned_days(probe))
-    assert_same_sums(kept_minutes(probe), scanned_minutes(probe))
+    for span_ms in SPANS:
+        assert_same_sums(kept_spans(probe, span_ms), scanned_spans(probe, span_ms))
     usage = container.usage
     for group in (UsageGroup.PROJECT, UsageGroup.CLI):
         kept, scanned = await usage.today(group), await usage.report(group)
@@ -261,7 +270,7 @@ async def test_rollups_equal_a_full_scan_after_a_random_mix(
     assert {"deleted", "updated"} <= set(by_hand), by_hand
     assert mix.done.get("delete"), mix.done
     assert {key[2] for key in scanned_days(probe)} == set(CLIS)
-    assert len(kept_minutes(probe)) > 10
+    assert len(kept_spans(probe, MINUTE_MS)) > 10
     assert probe.count(res) > 40, mix.done
 
 
@@ -311,7 +320,7 @@ async def test_rollups_hold_under_racing_completes(
     assert probe.count(res) == len(claimed)
     await assert_rollups_agree(container, probe)
     if database_url.startswith("postgresql"):
-        slots = probe.scalar(select(func.count(func.distinct(rm.c.slot))))
+        slots = probe.scalar(select(func.count(func.distinct(result_minutes.c.slot))))
         assert slots > 1  # the completes' transactions rolled into several slots
 
 

@@ -1,7 +1,7 @@
-"""Migration 0019 (the results' rollups) on a database with tasks and results: the rollups filled
-from them (equal to a full scan), kept by the triggers from then on (inserts, changes and
-deletes of results), and back down, rows kept. At head, the rolling triggers are in place (a
-SQLite batch migration drops a table's)."""
+"""Migration 0019 (the results' rollups: per day, per minute, per quarter of an hour) on a
+database with tasks and results: the rollups filled from them (equal to a full scan), kept by
+the triggers from then on (inserts, changes and deletes of results), and back down, rows kept.
+At head, the rolling triggers are in place (a SQLite batch migration drops a table's)."""
 
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ RESULTS = [  # id, task, status, completed_at, cost, input tokens
     ("r2", "t1", "error", DAY + 2_000, None, 5),
     ("r3", "t2", "success", DAY + 61_000, 0.25, None),
     ("r4", "t3", "success", 2 * DAY + 5_000, 1.0, 7),
-    ("r5", "gone", "error", 2 * DAY + 6_000, 2.0, 1),  # a result of no task: per minute only
+    ("r5", "gone", "error", 2 * DAY + 6_000, 2.0, 1),  # a result of no task: per span only
 ]
 SCANNED_DAYS = (
     "SELECT r.completed_at - r.completed_at % 86400000, t.agent_slug, t.cli, COUNT(*), "
@@ -35,15 +35,18 @@ KEPT_DAYS = (
     "SELECT day, project, cli, SUM(attempts), SUM(succeeded), SUM(failed), SUM(cost_usd), "
     "SUM(input_tokens) FROM usage_days GROUP BY 1, 2, 3 HAVING SUM(attempts) <> 0"
 )
-SCANNED_MINUTES = (
-    "SELECT completed_at - completed_at % 60000, "
+SPANS = {"result_minutes": 60_000, "result_quarters": 900_000}
+SCANNED_SPANS = {
+    table: f"SELECT completed_at - completed_at % {span}, "
     "SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
     "SUM(CASE WHEN status <> 'success' THEN 1 ELSE 0 END) FROM llm_results GROUP BY 1"
-)
-KEPT_MINUTES = (
-    "SELECT minute, SUM(succeeded), SUM(failed) FROM result_minutes GROUP BY 1 "
+    for table, span in SPANS.items()
+}
+KEPT_SPANS = {
+    table: f"SELECT start, SUM(succeeded), SUM(failed) FROM {table} GROUP BY 1 "
     "HAVING SUM(succeeded) <> 0 OR SUM(failed) <> 0"
-)
+    for table in SPANS
+}
 
 
 def add_task(conn: Connection, task_id: str, project: str, cli: str) -> None:
@@ -69,7 +72,7 @@ def add_result(conn: Connection, result: tuple[Any, ...]) -> None:
 
 
 def read(engine: Engine, query: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-    """Rows keyed by their leading columns (a day's three, a minute's one), sums as numbers."""
+    """Rows keyed by their leading columns (a day's three, a span's one), sums as numbers."""
     keys = 3 if query in (KEPT_DAYS, SCANNED_DAYS) else 1
     with engine.connect() as conn:
         return {
@@ -80,7 +83,8 @@ def read(engine: Engine, query: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
 
 def assert_rollups_agree(engine: Engine) -> None:
     assert read(engine, KEPT_DAYS) == read(engine, SCANNED_DAYS)
-    assert read(engine, KEPT_MINUTES) == read(engine, SCANNED_MINUTES)
+    for table in SPANS:
+        assert read(engine, KEPT_SPANS[table]) == read(engine, SCANNED_SPANS[table])
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -102,11 +106,12 @@ def test_migration_0019_rolls_up_what_is_stored_keeps_rolling_and_goes_back_down
             (DAY, "a", "codex"): (1, 1, 0, 0.25, 0),
             (2 * DAY, "b", "claude"): (1, 1, 0, 1.0, 7),
         }
-        assert read(engine, KEPT_MINUTES) == {
+        assert read(engine, KEPT_SPANS["result_minutes"]) == {
             (DAY,): (1, 1),
             (DAY + 60_000,): (1, 0),
             (2 * DAY,): (1, 1),
         }
+        assert read(engine, KEPT_SPANS["result_quarters"]) == {(DAY,): (2, 1), (2 * DAY,): (1, 1)}
         assert_rollups_agree(engine)
         with engine.connect() as conn:
             assert triggers(conn, kind) >= TRIGGERS
@@ -129,7 +134,7 @@ def test_migration_0019_rolls_up_what_is_stored_keeps_rolling_and_goes_back_down
         with engine.begin() as conn:
             tables = inspect(conn).get_table_names()
             assert "usage_days" not in tables
-            assert "result_minutes" not in tables
+            assert not set(SPANS) & set(tables)
             assert not triggers(conn, kind) & TRIGGERS
             add_result(conn, ("r7", "t3", "success", 2 * DAY + 9_000, 0.5, 1))  # nothing to trip
             assert conn.execute(text("SELECT count(*) FROM llm_results")).scalar_one() == 6

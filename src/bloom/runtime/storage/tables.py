@@ -316,12 +316,13 @@ project_spend = Table(
     Column("cost_usd", Float, nullable=False),
 )
 
-# ours: results summed per UTC day, project (the task's agent_slug) and agent CLI, and per minute,
-# kept by the database itself (migration 0019's triggers on llm_results, in the transaction that
-# writes the result), so the overview's cost today and its throughput read a few rows instead of
-# every result of the day. A group's figures are the sums over its slots (PostgreSQL spreads
-# transactions over 32, as `task_counts` does; SQLite uses slot 0); a row may sum to nothing
-# (its results deleted). The distinct tasks of a group are not kept: they do not add up.
+# ours: results summed per UTC day, project (the task's agent_slug) and agent CLI, and counted per
+# minute and per quarter of an hour, kept by the database itself (migration 0019's triggers on
+# llm_results, in the transaction that writes the result), so the overview's cost today and its
+# throughput read a few rows instead of every result of the day. A group's figures are the sums
+# over its slots (PostgreSQL spreads transactions over 32, as `task_counts` does; SQLite uses
+# slot 0); a row may sum to nothing (its results deleted). The distinct tasks of a group are not
+# kept: they do not add up.
 USAGE_DAY_SUMS = (
     "attempts",
     "succeeded",
@@ -345,14 +346,22 @@ usage_days = Table(
         for name in USAGE_DAY_SUMS
     ),
 )
-result_minutes = Table(
-    "result_minutes",
-    metadata,
-    Column("minute", BigInteger, primary_key=True, autoincrement=False),  # epoch ms
-    Column("slot", Integer, primary_key=True, autoincrement=False),
-    Column("succeeded", BigInteger, nullable=False),
-    Column("failed", BigInteger, nullable=False),  # every status but success, as usage counts
-)
+
+
+def _counted_per(name: str) -> Table:
+    """Results counted per span of time (`start`: the span's start, epoch ms)."""
+    return Table(
+        name,
+        metadata,
+        Column("start", BigInteger, primary_key=True, autoincrement=False),
+        Column("slot", Integer, primary_key=True, autoincrement=False),
+        Column("succeeded", BigInteger, nullable=False),
+        Column("failed", BigInteger, nullable=False),  # every status but success, as usage counts
+    )
+
+
+result_minutes = _counted_per("result_minutes")
+result_quarters = _counted_per("result_quarters")  # of an hour: a day's chart reads 96 a slot
 
 # ours: spending limits per project, and until when a spent project's queued tasks wait
 budgets = Table(

@@ -1,7 +1,7 @@
 """The SQL of the results' rollups (migration 0019): `usage_days`, results summed per UTC day,
-project (the task's `agent_slug`) and agent CLI, and `result_minutes`, results counted per
-minute, succeeded and not; kept by triggers on `llm_results`, in the transaction that writes the
-result.
+project (the task's `agent_slug`) and agent CLI, and `result_minutes` and `result_quarters`,
+results counted per minute and per quarter of an hour, succeeded and not; kept by triggers on
+`llm_results`, in the transaction that writes the result.
 
 PostgreSQL: one plpgsql function for every trigger. A transaction rolls into slot
 `txid_current() % 32`, the slot it counts tasks into (`counting.py`), and first locks that slot's
@@ -15,7 +15,8 @@ transaction is taken out under its task's project (at commit the task would be g
 has one writer: slot 0, plain triggers.
 
 A result whose task does not exist is not summed per day (its project is unknown), as a usage
-report joining results to their tasks leaves it out; it is counted per minute. The SQL is made
+report joining results to their tasks leaves it out; it is counted per minute and quarter. The
+SQL is made
 of this module's constants only (hence the noqa: S608).
 """
 
@@ -23,7 +24,9 @@ from collections.abc import Sequence
 
 SLOTS = 32
 DAY_MS = 86_400_000
-MINUTE_MS = 60_000
+SPANS = {"result_minutes": 60_000, "result_quarters": 900_000}
+"""The results counted per span of time: table, span (ms). A bucket of whole spans reads the
+longest span's rows (a day in quarters: 96 rows a slot, not 1,440)."""
 DEFERRED = "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW"
 SUMMED = (  # usage_days' column: the result's column summed into it
     ("cost_usd", "cost_usd"),
@@ -73,23 +76,23 @@ def _upsert(table: str, key: str, columns: Sequence[str], postgres: bool) -> str
 
 
 def _add(row: str, sign: str, slot: str, postgres: bool) -> str:
-    """The two upserts adding the result `row` (NEW or OLD) times `sign` ('' or '-') to its
-    day's and its minute's rows of `slot`."""
+    """The upserts adding the result `row` (NEW or OLD) times `sign` ('' or '-') to its day's,
+    its minute's and its quarter's rows of `slot`."""
     terms = _terms(row, sign, postgres)
     day = f"{row}.completed_at - {row}.completed_at % {DAY_MS}"
-    minute = f"{row}.completed_at - {row}.completed_at % {MINUTE_MS}"
     usage = (
         f"INSERT INTO usage_days (day, project, cli, slot, {', '.join(USAGE_COLUMNS)}) "  # noqa: S608
         f"SELECT {day}, t.agent_slug, t.cli, {slot}, {', '.join(terms)} "
         f"FROM llm_tasks t WHERE t.id = {row}.task_id "
         + _upsert("usage_days", "day, project, cli, slot", USAGE_COLUMNS, postgres)
     )
-    minutes = (
-        "INSERT INTO result_minutes (minute, slot, succeeded, failed) "  # noqa: S608
-        f"VALUES ({minute}, {slot}, {terms[1]}, {terms[2]}) "
-        + _upsert("result_minutes", "minute, slot", ("succeeded", "failed"), postgres)
-    )
-    return f"{usage};\n{minutes};\n"
+    counted = [
+        f"INSERT INTO {table} (start, slot, succeeded, failed) "  # noqa: S608
+        f"VALUES ({row}.completed_at - {row}.completed_at % {span}, {slot}, {terms[1]}, "
+        f"{terms[2]}) " + _upsert(table, "start, slot", ("succeeded", "failed"), postgres)
+        for table, span in SPANS.items()
+    ]
+    return "".join(f"{statement};\n" for statement in (usage, *counted))
 
 
 def pg_function() -> str:
@@ -148,13 +151,16 @@ def backfill() -> list[str]:
     """What every result already stored sums to, into slot 0 of the empty rollups (both
     dialects)."""
     day = f"r.completed_at - r.completed_at % {DAY_MS}"
-    minute = f"completed_at - completed_at % {MINUTE_MS}"
     sums = ", ".join(f"COALESCE(SUM(r.{column}), 0)" for _, column in SUMMED)
     return [
         f"INSERT INTO usage_days (day, project, cli, slot, {', '.join(USAGE_COLUMNS)}) "  # noqa: S608
         f"SELECT {day}, t.agent_slug, t.cli, 0, COUNT(*), {_counts('r.status')}, {sums} "
         "FROM llm_results r JOIN llm_tasks t ON t.id = r.task_id "
         f"GROUP BY {day}, t.agent_slug, t.cli",
-        "INSERT INTO result_minutes (minute, slot, succeeded, failed) "  # noqa: S608
-        f"SELECT {minute}, 0, {_counts('status')} FROM llm_results GROUP BY {minute}",
+        *(
+            f"INSERT INTO {table} (start, slot, succeeded, failed) "  # noqa: S608
+            f"SELECT completed_at - completed_at % {span}, 0, {_counts('status')} "
+            f"FROM llm_results GROUP BY completed_at - completed_at % {span}"
+            for table, span in SPANS.items()
+        ),
     ]

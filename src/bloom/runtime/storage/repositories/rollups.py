@@ -1,6 +1,7 @@
-"""SQL for the results' rollups (`usage_days`, `result_minutes`) as migration 0019's triggers keep
-them, summed over their slots: a day's usage per project or agent CLI, and the results per bucket
-of whole minutes, reads of a few rows however many results they sum.
+"""SQL for the results' rollups (`usage_days`, `result_minutes`, `result_quarters`) as migration
+0019's triggers keep them, summed over their slots: a day's usage per project or agent CLI, and
+the results per bucket of whole minutes (of whole quarters of an hour: from those), reads of a
+few rows however many results they sum.
 
 `roll_in`: results inserted in bulk with PostgreSQL's rolling trigger off, summed in after them."""
 
@@ -14,7 +15,6 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
-    literal,
     literal_column,
     select,
 )
@@ -28,11 +28,13 @@ from bloom.runtime.storage.tables import (
     llm_results,
     llm_tasks,
     result_minutes,
-    task_counts,
+    result_quarters,
     usage_days,
 )
 
-ud, rm, res, tsk = usage_days, result_minutes, llm_results, llm_tasks
+ud, res, tsk = usage_days, llm_results, llm_tasks
+SLOTS = 32
+"""PostgreSQL's slots (migration 0019's triggers roll into `txid_current() % 32`)."""
 
 _DAY_SUMS = tuple(func.coalesce(func.sum(ud.c[name]), 0).label(name) for name in USAGE_DAY_SUMS)
 _DAY = ud.c.day == bindparam("b_day", type_=BigInteger())
@@ -59,17 +61,26 @@ def _day_statement(group: UsageGroup) -> Any:
     )
 
 
-_FIRST = bindparam("b_first", type_=BigInteger())
-_THROUGHPUT = (
-    select(
-        ((rm.c.minute - _FIRST) // bindparam("b_bucket_ms", type_=BigInteger())).label("bucket"),
-        func.sum(rm.c.succeeded).label("succeeded"),
-        func.sum(rm.c.failed).label("failed"),
+QUARTER_MS = 15 * MINUTE_MS
+_COUNTED = {QUARTER_MS: result_quarters, MINUTE_MS: result_minutes}
+"""The results counted per span, longest first: a bucket reads the longest it is made of."""
+
+
+@functools.cache
+def _throughput_statement(span_ms: int) -> Any:
+    counted = _COUNTED[span_ms]
+    first = bindparam("b_first", type_=BigInteger())
+    bucket = (counted.c.start - first) // bindparam("b_bucket_ms", type_=BigInteger())
+    return (
+        select(
+            bucket.label("bucket"),
+            func.sum(counted.c.succeeded).label("succeeded"),
+            func.sum(counted.c.failed).label("failed"),
+        )
+        .where(counted.c.start >= first, counted.c.start < bindparam("b_end", type_=BigInteger()))
+        .group_by(literal_column("bucket"))
+        .order_by(literal_column("bucket"))
     )
-    .where(rm.c.minute >= _FIRST, rm.c.minute < bindparam("b_end", type_=BigInteger()))
-    .group_by(literal_column("bucket"))
-    .order_by(literal_column("bucket"))
-)
 
 
 class RollupRepository(Repository):
@@ -87,14 +98,18 @@ class RollupRepository(Repository):
         self, *, first: int, end: int, bucket_ms: int
     ) -> list[tuple[int, int, int]]:
         """Results completed in [first, end), counted per bucket of `bucket_ms` from `first`
-        (both whole minutes): (bucket number, succeeded, failed), for the buckets that have
-        any, in order."""
-        if first % MINUTE_MS or bucket_ms % MINUTE_MS or end % MINUTE_MS:
-            raise ValueError("the rollup counts whole minutes")
+        (all three whole minutes): (bucket number, succeeded, failed), for the buckets that
+        have any, in order."""
+        span = next(
+            (span for span in _COUNTED if not (first % span or end % span or bucket_ms % span)),
+            None,
+        )
+        if span is None:
+            raise ValueError("the rollups count whole minutes")
         params = {"b_first": first, "b_end": end, "b_bucket_ms": bucket_ms}
         return [
             (int(bucket), int(ok), int(failed))
-            for bucket, ok, failed in await self.rows(_THROUGHPUT, params)
+            for bucket, ok, failed in await self.rows(_throughput_statement(span), params)
         ]
 
 
@@ -104,37 +119,43 @@ def _day_sums(row: Any) -> DaySums:
 
 
 def roll_in(tasks: Select[Any]) -> list[Any]:
-    """PostgreSQL: the results of `tasks` summed into slot 0 of the rollups, for results inserted
-    in bulk with the rolling trigger off (in their transaction, which holds llm_results' lock:
-    no other result is written meanwhile). The slot's `task_counts` row is locked first, as the
-    trigger does."""
+    """PostgreSQL: the results of `tasks` summed into the rollups, for results inserted in bulk
+    with the rolling trigger off, in their transaction. That transaction holds llm_results'
+    lock (disabling a trigger takes it), and every other writer of a rollup writes a result
+    first: none runs meanwhile. Each result goes to the slot a hash of its id picks, spread over
+    the slots as a served runtime's transactions are (`txid % 32`), so that a filled database
+    is read as one that grew in service is."""
+    slot = func.hashtext(res.c.id).op("&")(SLOTS - 1)
     day = res.c.completed_at - res.c.completed_at % DAY_MS
-    minute = res.c.completed_at - res.c.completed_at % MINUTE_MS
     succeeded = func.sum(case((is_state(res.c.status, "success"), 1), else_=0))
     failed = func.sum(case((is_state(res.c.status, "success"), 0), else_=1))
     sums = [func.coalesce(func.sum(res.c[name]), 0) for name in USAGE_DAY_SUMS[3:]]
     of_tasks = res.c.task_id.in_(tasks)
     per_day = (
-        select(day, tsk.c.agent_slug, tsk.c.cli, literal(0), func.count(), succeeded, failed, *sums)
+        select(day, tsk.c.agent_slug, tsk.c.cli, slot, func.count(), succeeded, failed, *sums)
         .select_from(res.join(tsk, tsk.c.id == res.c.task_id))
         .where(of_tasks)
-        .group_by(day, tsk.c.agent_slug, tsk.c.cli)
+        .group_by(day, tsk.c.agent_slug, tsk.c.cli, slot)
     )
-    per_minute = select(minute, literal(0), succeeded, failed).where(of_tasks).group_by(minute)
     days = postgresql.insert(ud).from_select(
         ["day", "project", "cli", "slot", *USAGE_DAY_SUMS], per_day
     )
-    minutes = postgresql.insert(rm).from_select(
-        ["minute", "slot", "succeeded", "failed"], per_minute
-    )
-    return [
-        select(task_counts.c.slot).where(task_counts.c.slot == 0).with_for_update(key_share=True),
+    statements = [
         days.on_conflict_do_update(
             index_elements=[ud.c.day, ud.c.project, ud.c.cli, ud.c.slot],
             set_={name: ud.c[name] + days.excluded[name] for name in USAGE_DAY_SUMS},
-        ),
-        minutes.on_conflict_do_update(
-            index_elements=[rm.c.minute, rm.c.slot],
-            set_={name: rm.c[name] + minutes.excluded[name] for name in ("succeeded", "failed")},
-        ),
+        )
     ]
+    for span, counted in _COUNTED.items():
+        start = res.c.completed_at - res.c.completed_at % span
+        per_span = select(start, slot, succeeded, failed).where(of_tasks).group_by(start, slot)
+        spans = postgresql.insert(counted).from_select(
+            ["start", "slot", "succeeded", "failed"], per_span
+        )
+        statements.append(
+            spans.on_conflict_do_update(
+                index_elements=[counted.c.start, counted.c.slot],
+                set_={n: counted.c[n] + spans.excluded[n] for n in ("succeeded", "failed")},
+            )
+        )
+    return statements

@@ -1,9 +1,9 @@
 """Rolled up, not scanned: `usage_days` holds the results summed per UTC day, project (the task's
 agent_slug) and agent CLI (attempts, succeeded, failed, cost, tokens, turns, duration), and
-`result_minutes` the results per minute (succeeded, failed), both kept by triggers on
-`llm_results` in the transaction that writes the result (filled here from the rows already
-stored), so the overview's cost today and its throughput read a few rows, however many results
-the day holds.
+`result_minutes` and `result_quarters` the results per minute and per quarter of an hour
+(succeeded, failed), all kept by triggers on `llm_results` in the transaction that writes the
+result (filled here from the rows already stored), so the overview's cost today and its
+throughput read a few rows, however many results the day holds.
 
 PostgreSQL: a transaction rolls into the slot it counts tasks into (`txid_current() % 32`), under
 that slot's `task_counts` row lock, taken first; the insert trigger is a deferred constraint
@@ -22,6 +22,7 @@ from alembic import op
 
 from bloom.runtime.storage.migrations.rolling import (
     PG_FUNCTION,
+    SPANS,
     TRIGGERS,
     USAGE_COLUMNS,
     backfill,
@@ -36,7 +37,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 FILLFACTOR = 50
-"""Room on each page for the current day's and minute's rows to be updated in place (HOT)."""
+"""Room on each page for the current day's, minute's and quarter's rows to be updated in place
+(HOT)."""
 
 
 def upgrade() -> None:
@@ -52,16 +54,17 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("day", "project", "cli", "slot", name="pk_usage_days"),
     )
-    op.create_table(
-        "result_minutes",
-        sa.Column("minute", sa.BigInteger(), autoincrement=False, nullable=False),
-        sa.Column("slot", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("succeeded", sa.BigInteger(), nullable=False),
-        sa.Column("failed", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("minute", "slot", name="pk_result_minutes"),
-    )
+    for table in SPANS:
+        op.create_table(
+            table,
+            sa.Column("start", sa.BigInteger(), autoincrement=False, nullable=False),
+            sa.Column("slot", sa.Integer(), autoincrement=False, nullable=False),
+            sa.Column("succeeded", sa.BigInteger(), nullable=False),
+            sa.Column("failed", sa.BigInteger(), nullable=False),
+            sa.PrimaryKeyConstraint("start", "slot", name=f"pk_{table}"),
+        )
     if op.get_bind().dialect.name == "postgresql":
-        for table in ("usage_days", "result_minutes"):
+        for table in ("usage_days", *SPANS):
             op.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
         # No result may be written between the backfill's sums and the triggers: writers wait.
         op.execute("LOCK TABLE llm_results IN SHARE ROW EXCLUSIVE MODE")
@@ -81,5 +84,6 @@ def downgrade() -> None:
         op.execute(f"DROP TRIGGER {name} ON llm_results" if postgres else f"DROP TRIGGER {name}")
     if postgres:
         op.execute(f"DROP FUNCTION {PG_FUNCTION}()")
-    op.drop_table("result_minutes")
+    for table in SPANS:
+        op.drop_table(table)
     op.drop_table("usage_days")
