@@ -285,8 +285,9 @@ llm_results = Table(
 )
 Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
 Index("ix_llm_results_task_id", llm_results.c.task_id)
-# ours: throughput per bucket, counted from this index alone (results are never updated, so
-# their pages are all-visible and the scan never reads the table)
+# ours: usage over a window, and throughput per bucket that is not whole minutes (the rollups
+# below count the rest), read through this index (throughput from it alone: results are never
+# updated, so their pages are all-visible and the scan never reads the table)
 Index("ix_llm_results_completed_at", llm_results.c.completed_at, llm_results.c.status)
 
 audit_logs = Table(

@@ -12,7 +12,7 @@ one writer: slot 0, plain triggers.
 
 Revision ID: 0019
 Revises: 0018
-Create Date: 2026-11-28
+Create Date: 2026-11-27
 """
 
 from collections.abc import Sequence
