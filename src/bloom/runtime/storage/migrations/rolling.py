@@ -16,8 +16,7 @@ has one writer: slot 0, plain triggers.
 
 A result whose task does not exist is not summed per day (its project is unknown), as a usage
 report joining results to their tasks leaves it out; it is counted per minute and quarter. The
-SQL is made
-of this module's constants only (hence the noqa: S608).
+SQL is made of this module's constants only (hence the noqa: S608).
 """
 
 from collections.abc import Sequence
