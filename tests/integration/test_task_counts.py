@@ -76,6 +76,9 @@ class Mix:
         self.refused = 0
         self.done: dict[str, int] = {}
 
+    def completion(self, outcome: str) -> Completion:
+        return completion(outcome)
+
     def new_task(self) -> NewTask:
         if self.rng.random() < 0.3:  # a key's requests are all alike: a replay
             key = f"key-{self.rng.randrange(40)}"
@@ -128,7 +131,9 @@ class Mix:
             "push": lambda: c.leases.lease(some_task),
             "heartbeat": lambda: c.attempts.heartbeat(held[0], lease_id=held[1]) if held else None,
             "complete": lambda: (
-                c.attempts.complete(held[0], completion(rng.choice(OUTCOMES)), lease_id=held[1])
+                c.attempts.complete(
+                    held[0], self.completion(rng.choice(OUTCOMES)), lease_id=held[1]
+                )
                 if held
                 else None
             ),
@@ -159,11 +164,11 @@ class Mix:
         worker = self.rng.choice(sorted(WORKERS))
         mine = [lease for lease in self.probe.active_leases() if lease["worker_id"] == worker]
         endings = [
-            Ending(lease["task_id"], completion(self.rng.choice(OUTCOMES)), lease["id"])
+            Ending(lease["task_id"], self.completion(self.rng.choice(OUTCOMES)), lease["id"])
             for lease in mine
         ]
         if self.rng.random() < 0.2 and (held := self.a_lease()):
-            endings.append(Ending(held[0], completion("success"), held[1]))
+            endings.append(Ending(held[0], self.completion("success"), held[1]))
         if not endings:
             return
         done = await self.container.attempts.complete_many(

@@ -34,7 +34,7 @@ from bloom.domain.clock import system_clock
 from bloom.domain.history import Overview
 from bloom.domain.paging import Cursor, Page
 from bloom.domain.states import TaskStatus
-from bloom.domain.usage import UsageGroup, UsageReport
+from bloom.domain.usage import DayReport, UsageGroup, UsageReport
 from bloom.runtime.app import create_app
 from bloom.runtime.container import Container, build_container
 from bloom.runtime.services.records import AuditFilter, Stats
@@ -158,7 +158,10 @@ def _reads(container: Container, tasks: int, middle: Cursor) -> dict[str, Read]:
         "tasks: agent with no tasks": page(TaskFilter(agent_slug="dash-agent-none")),
         "tasks: counts per status": container.tasks.counts,
         "stats": records.stats,
-        "usage: today by project (the overview's cost)": lambda: container.usage.report(
+        "usage: today by project (the overview's cost)": lambda: container.usage.today(
+            UsageGroup.PROJECT, limit=8
+        ),
+        "usage: today by project, scanned (`GET /usage`)": lambda: container.usage.report(
             UsageGroup.PROJECT, limit=8
         ),
         "audit: no filter": audit(AuditFilter()),
@@ -231,7 +234,7 @@ def _rows(result: Any) -> int:
         return len(result.items)
     if isinstance(result, Overview):
         return len(result.throughput)
-    if isinstance(result, UsageReport):
+    if isinstance(result, UsageReport | DayReport):
         return len(result.groups)
     if isinstance(result, Stats):
         return len(result.tasks["by_status"])  # type: ignore[arg-type]

@@ -119,6 +119,49 @@ class UsageReport:
     """More groups than listed (the largest by cost are listed)."""
 
 
+DAY_GROUPS = frozenset({UsageGroup.PROJECT, UsageGroup.AGENT, UsageGroup.CLI})
+"""The groups a day's usage is kept by (`usage_days`): a task's project (its agent_slug) and
+its agent CLI."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaySums:
+    """A day's attempts and what they cost, as the database keeps them per day (`usage_days`,
+    summed in the transaction of each result): `UsageSums` but the distinct tasks, which do not
+    add up from one result to the next."""
+
+    attempts: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_used: int = 0
+    num_turns: int = 0
+    duration_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DayRow(DaySums):
+    """One group's sums for the day."""
+
+    key: str = ""
+    """The project or the agent CLI."""
+
+
+@dataclass(frozen=True, slots=True)
+class DayReport:
+    """A UTC day's usage per group, the costliest first (the overview's cost today)."""
+
+    group_by: UsageGroup
+    day: int
+    """The day's UTC midnight, epoch ms: the report covers [day, day + 24 h)."""
+    groups: list[DayRow]
+    total: DaySums
+    truncated: bool
+    """More groups than listed."""
+
+
 def start_of_day(now: int) -> int:
     """The UTC midnight at or before `now` (epoch ms)."""
     return now - now % DAY_MS

@@ -77,8 +77,8 @@ async def overview(request: Request, part: Part = None, window: Text = "hour") -
     window_ms, bucket_ms = WINDOWS[chosen]
     summary = await c.history.overview(window_ms=window_ms, bucket_ms=bucket_ms)
     recent = await c.tasks.page(TaskFilter(), after=None, limit=8)
-    cost = await c.usage.report(UsageGroup.PROJECT, limit=COST_ROWS)
-    cost_by_cli = await c.usage.report(UsageGroup.CLI, limit=COST_ROWS)
+    cost = await c.usage.today(UsageGroup.PROJECT, limit=COST_ROWS)
+    cost_by_cli = await c.usage.today(UsageGroup.CLI, limit=COST_ROWS)
     now = c.clock()
     context = {
         "cost": cost,

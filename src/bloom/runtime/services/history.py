@@ -1,9 +1,11 @@
 """The queue's recent history for the dashboard: depth sampled once a minute (whichever process
 or replica gets there first), and the overview of a window: counts, workers, leases, throughput
-per bucket, depth, failure rate."""
+per bucket (from the results kept per minute, for buckets of whole minutes), depth, failure
+rate."""
 
 from bloom.domain.clock import Clock
 from bloom.domain.history import (
+    MINUTE_MS,
     SAMPLE_RETENTION_MS,
     Bucket,
     DepthSample,
@@ -44,9 +46,14 @@ class HistoryService:
             workers_total, workers_online = await tx.workers.totals()
             active_leases = await tx.leases.count_active()
             oldest_queued_at = await tx.tasks.oldest_queued_at()
-            per_bucket = await tx.results.throughput(
-                first=window.first, end=window.end, bucket_ms=bucket_ms
-            )
+            if bucket_ms % MINUTE_MS == 0:  # kept per minute (`result_minutes`)
+                per_bucket = await tx.rollups.throughput(
+                    first=window.first, end=window.end, bucket_ms=bucket_ms
+                )
+            else:  # counted from the results themselves
+                per_bucket = await tx.results.throughput(
+                    first=window.first, end=window.end, bucket_ms=bucket_ms
+                )
             depth = await tx.samples.between(window.first, window.end)
         throughput = window.fill(per_bucket)
         return Overview(

@@ -1,12 +1,15 @@
 """What the fleet's work cost: results' usage summed by project, context, worker, model, agent
-CLI or time over a window."""
+CLI or time over a window (a scan of its results); and a day's per project or agent CLI as the
+database keeps it (`usage_days`: a few rows, however many results the day holds)."""
 
 from dataclasses import asdict
 
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Invalid
 from bloom.domain.usage import (
+    DAY_GROUPS,
     MAX_USAGE_GROUPS,
+    DayReport,
     UsageGroup,
     UsageReport,
     UsageRow,
@@ -48,3 +51,18 @@ class UsageService:
             for key, sums in rows[:limit]
         ]
         return UsageReport(group_by, first, end, groups, total, truncated=len(rows) > limit)
+
+    async def today(self, group_by: UsageGroup, *, limit: int = MAX_USAGE_GROUPS) -> DayReport:
+        """Today's (UTC) usage per project or agent CLI, from the kept sums: the costliest
+        `limit` groups, and the day's total. The figures `report` sums over today but the
+        distinct tasks (not kept), and in the total the results of no task (a project unknown,
+        none in service: tasks are never deleted)."""
+        if group_by not in DAY_GROUPS:
+            raise Invalid(f"a day's usage is kept per {', '.join(sorted(DAY_GROUPS))}")
+        if not 1 <= limit <= MAX_USAGE_GROUPS:
+            raise Invalid(f"limit must be between 1 and {MAX_USAGE_GROUPS}")
+        day = start_of_day(self.clock())
+        async with self.db.read() as tx:
+            rows = await tx.rollups.day(group_by, day=day, limit=limit + 1)
+            total = await tx.rollups.day_total(day=day)
+        return DayReport(group_by, day, rows[:limit], total, truncated=len(rows) > limit)

@@ -33,6 +33,7 @@ from sqlalchemy.pool import NullPool
 from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.domain.policy import DEFAULT_POLICY
 from bloom.runtime.storage.repositories.counts import RECOUNT
+from bloom.runtime.storage.repositories.rollups import roll_in
 from bloom.runtime.storage.tables import llm_tasks
 
 Progress = Callable[[int, int], None]
@@ -97,6 +98,7 @@ _COUNTING_TRIGGERS = (
     ("llm_tasks", "task_counts_on_insert"),
     ("leases", "task_counts_on_lease_insert"),
 )
+_ROLLING_TRIGGER = "rollups_on_result_insert"
 
 
 @contextmanager
@@ -115,6 +117,22 @@ def counted_in_bulk(conn: Connection, kind: StorageKind) -> Iterator[None]:
     for table, trigger in _COUNTING_TRIGGERS:
         conn.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
     for statement in RECOUNT:
+        conn.execute(statement)
+
+
+@contextmanager
+def rolled_in_bulk(conn: Connection, kind: StorageKind, tasks: Select[Any]) -> Iterator[None]:
+    """Within a transaction: the results of `tasks` inserted in bulk are summed into the rollups
+    once, after them (`rollups.roll_in`), with PostgreSQL's rolling trigger off meanwhile (it
+    would rewrite the transaction's day and minute rows once per result: N², as counting).
+    Disabling it locks llm_results until the commit. SQLite's triggers: left on."""
+    if kind is not StorageKind.POSTGRESQL:
+        yield
+        return
+    conn.execute(text(f"ALTER TABLE llm_results DISABLE TRIGGER {_ROLLING_TRIGGER}"))
+    yield
+    conn.execute(text(f"ALTER TABLE llm_results ENABLE TRIGGER {_ROLLING_TRIGGER}"))
+    for statement in roll_in(tasks):
         conn.execute(statement)
 
 

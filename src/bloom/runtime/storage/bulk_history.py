@@ -41,6 +41,7 @@ from bloom.runtime.storage.bulk import (
     connect,
     counted_in_bulk,
     random_tail,
+    rolled_in_bulk,
     series,
     uuid7,
 )
@@ -142,7 +143,8 @@ def _insert_chunk(
         .subquery("chunk")
     )
     conn.execute(_leases(chunk, now))
-    conn.execute(_results(kind, chunk))
+    with rolled_in_bulk(conn, kind, select(chunk.c.id)):
+        conn.execute(_results(kind, chunk))
     for statement in _audit(kind, chunk):
         conn.execute(statement)
 

@@ -285,8 +285,9 @@ llm_results = Table(
 )
 Index("ix_llm_results_lease_id", llm_results.c.lease_id, unique=True)
 Index("ix_llm_results_task_id", llm_results.c.task_id)
-# ours: throughput per bucket, counted from this index alone (results are never updated, so
-# their pages are all-visible and the scan never reads the table)
+# ours: usage over a window, and throughput per bucket that is not whole minutes (the rollups
+# below count the rest), read through this index (throughput from it alone: results are never
+# updated, so their pages are all-visible and the scan never reads the table)
 Index("ix_llm_results_completed_at", llm_results.c.completed_at, llm_results.c.status)
 
 audit_logs = Table(
@@ -315,6 +316,53 @@ project_spend = Table(
     Column("day", BigInteger, primary_key=True, autoincrement=False),  # UTC midnight, epoch ms
     Column("cost_usd", Float, nullable=False),
 )
+
+# ours: results summed per UTC day, project (the task's agent_slug) and agent CLI, and counted per
+# minute and per quarter of an hour, kept by the database itself (migration 0019's triggers on
+# llm_results, in the transaction that writes the result), so the overview's cost today and its
+# throughput read a few rows instead of every result of the day. A group's figures are the sums
+# over its slots (PostgreSQL spreads transactions over 32, as `task_counts` does; SQLite uses
+# slot 0); a row may sum to nothing (its results deleted). The distinct tasks of a group are not
+# kept: they do not add up.
+USAGE_DAY_SUMS = (
+    "attempts",
+    "succeeded",
+    "failed",
+    "cost_usd",
+    "input_tokens",
+    "output_tokens",
+    "tokens_used",
+    "num_turns",
+    "duration_ms",
+)
+usage_days = Table(
+    "usage_days",
+    metadata,
+    Column("day", BigInteger, primary_key=True, autoincrement=False),  # UTC midnight, epoch ms
+    Column("project", Text, primary_key=True),
+    Column("cli", Text, primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    *(
+        Column(name, Float if name == "cost_usd" else BigInteger, nullable=False)
+        for name in USAGE_DAY_SUMS
+    ),
+)
+
+
+def _counted_per(name: str) -> Table:
+    """Results counted per span of time (`start`: the span's start, epoch ms)."""
+    return Table(
+        name,
+        metadata,
+        Column("start", BigInteger, primary_key=True, autoincrement=False),
+        Column("slot", Integer, primary_key=True, autoincrement=False),
+        Column("succeeded", BigInteger, nullable=False),
+        Column("failed", BigInteger, nullable=False),  # every status but success, as usage counts
+    )
+
+
+result_minutes = _counted_per("result_minutes")
+result_quarters = _counted_per("result_quarters")  # of an hour: a day's chart reads 96 a slot
 
 # ours: spending limits per project, and until when a spent project's queued tasks wait
 budgets = Table(

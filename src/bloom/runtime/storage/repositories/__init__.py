@@ -23,6 +23,7 @@ from bloom.runtime.storage.repositories.records import (
     ResultRepository,
     SettingsRepository,
 )
+from bloom.runtime.storage.repositories.rollups import RollupRepository
 from bloom.runtime.storage.repositories.samples import SampleRepository
 from bloom.runtime.storage.repositories.tasks import TaskRepository
 from bloom.runtime.storage.repositories.tool_policies import ToolPolicyRepository
@@ -85,6 +86,10 @@ class Repositories:
     @cached_property
     def counts(self) -> CountRepository:
         return CountRepository(self.connection)
+
+    @cached_property
+    def rollups(self) -> RollupRepository:
+        return RollupRepository(self.connection)
 
     @cached_property
     def events(self) -> EventRepository:
