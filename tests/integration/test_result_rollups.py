@@ -277,10 +277,11 @@ async def test_rollups_equal_a_full_scan_after_a_random_mix(
 async def test_rollups_hold_under_racing_completes(
     container: Container, probe: DatabaseProbe, database_url: str
 ) -> None:
-    """Batched completes of several projects' tasks (each batch rolls into several day rows),
-    duplicate ends and single ones racing each other, each on its own connection (PostgreSQL:
-    concurrent transactions roll into different slots, and two in one slot one after the
-    other): no deadlock, and the sums agree."""
+    """Batched completes of several projects' tasks (each batch charges several projects and
+    rolls into several day rows), duplicate ends and single ones racing each other, each on its
+    own connection (PostgreSQL: concurrent transactions roll into different slots, and two in one
+    slot one after the other; spend rows are locked in one order): no deadlock, and the sums
+    agree."""
     workers = {f"w{i}": 4 for i in range(6)}
     await register_workers(container, workers)
     news = [
@@ -292,22 +293,16 @@ async def test_rollups_hold_under_racing_completes(
     claimed = [grant for grant in await asyncio.gather(*claims) if grant is not None]
     assert len(claimed) == len(news)
     rng = random.Random(7)
-
-    def free(outcome: str) -> Completion:
-        """No cost: a charge locks its project's `project_spend` row at once, in the batch's
-        task order, which two batches of several projects can deadlock on before any rollup
-        is written (a known limit of the budgets' ledger, not the rollups')."""
-        ended = costly(outcome, rng)
-        return replace(ended, metrics={k: v for k, v in ended.metrics.items() if k != "cost_usd"})
-
     racing: list[Any] = []
     for worker in workers:
         mine = [g for g in claimed if g.lease.worker_id == worker]
         rng.shuffle(mine)
-        endings = [Ending(g.task.id, free(rng.choice(OUTCOMES)), g.lease.id) for g in mine[:3]]
+        endings = [
+            Ending(g.task.id, costly(rng.choice(OUTCOMES), rng), g.lease.id) for g in mine[:3]
+        ]
         racing.append(container.attempts.complete_many(endings, worker))
         for grant in mine[3:]:  # the same end twice at once: recorded once
-            end = free("success")
+            end = costly("success", rng)
             racing += [
                 container.attempts.complete(grant.task.id, end, lease_id=grant.lease.id)
                 for _ in range(2)

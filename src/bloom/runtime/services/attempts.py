@@ -381,7 +381,8 @@ class AttemptService:
         for its own answer, and `claim_next` is left to the caller (`next` is None)."""
         stored = [await self._stored(ending.completion) for ending in endings]
         now = self.clock()
-        # Every transaction locks rows in one order: the worker's, then tasks by id.
+        # Every transaction locks rows in one order: the worker's, then the spend rows it charges
+        # by project, then tasks by id.
         order = sorted(range(len(endings)), key=lambda index: endings[index].task_id)
         try:
             async with self.db.write() as tx:
@@ -399,6 +400,13 @@ class AttemptService:
                     )
                     for index in order
                 }
+                charged = {
+                    held[index][0].agent_slug
+                    for index in order
+                    if (Usage.from_metrics(endings[index].completion.metrics).cost_usd or 0) > 0
+                }
+                if len(charged) > 1:  # then, by project, their spend rows
+                    await budgets.lock_spend(tx, charged, now)
                 released = await tx.leases.end_several(
                     [lease.id for _, lease in held.values()], LeaseStatus.RELEASED, now
                 )

@@ -71,6 +71,14 @@ async def spend_of(tx: Repositories, project: str, now: int) -> Spend:
     return await tx.budgets.spend(project, today=start_of_day(now), month=start_of_month(now))
 
 
+async def lock_spend(tx: Repositories, projects: set[str], now: int) -> None:
+    """Lock today's spend rows of `projects` in one order (by name), first, in a transaction
+    that charges several (a worker's batch of ends): two such transactions charging the same
+    projects in other orders would each hold a row the other waits for (a deadlock)."""
+    for project in sorted(projects):
+        await tx.budgets.charge(project, start_of_day(now), 0.0)
+
+
 async def charge(
     tx: Repositories, project: str, cost_usd: float | None, *, now: int, task_id: str
 ) -> list[Crossing]:
