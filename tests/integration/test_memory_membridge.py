@@ -145,7 +145,9 @@ async def test_the_agent_reports_memory_status(
     make_db(agents("a").db, observations=2)
     a_url = next(x["url"] for x in (await membridge.get("/agents")).json() if x["name"] == "a")
     a_key = {"X-MEMBRIDGE-AGENT": node_agent_key(FLEET_KEY, "a")}
-    async with httpx.AsyncClient(base_url=a_url, headers=a_key) as http:
+    # A memory status reads the bucket (the tests' S3 server), which can take longer than httpx's
+    # default 5 s on a loaded machine: this test checks what the agent answers, not how fast.
+    async with httpx.AsyncClient(base_url=a_url, headers=a_key, timeout=60) as http:
         b_key = {"X-MEMBRIDGE-AGENT": node_agent_key(FLEET_KEY, "b")}
         assert (await http.get("/status", headers=b_key)).status_code == 401  # b's opens no a
         status = (await http.get("/status", params={"project": "mem"})).json()
