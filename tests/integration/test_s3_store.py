@@ -2,6 +2,7 @@
 puts that write once, multipart for large content, byte-exact ranged reads, digests checked, the
 bucket made when missing, and an unreachable store reported as such, quickly."""
 
+import asyncio
 import hashlib
 import os
 import time
@@ -11,6 +12,7 @@ import pytest
 
 from bloom.artifacts import ContentMissing, DigestMismatch, StoreUnavailable
 from bloom.artifacts.s3 import S3Store, object_key
+from bloom.objects.errors import PreconditionFailed
 from bloom.objects.s3 import S3Bucket
 from bloom.objects.settings import ObjectStoreSettings
 from tests.support.net import closed_port
@@ -114,3 +116,33 @@ def test_endpoint_as_the_reference_runtime_spells_it() -> None:
     )
     url = "https://minio.example.com/"
     assert ObjectStoreSettings(s3_endpoint=url).s3_endpoint_url == "https://minio.example.com"
+
+
+async def test_racing_conditional_writes_each_have_one_winner(s3_bucket: Bucket) -> None:
+    """Ten clients swap one key at once, first absent (If-None-Match), then from the ETag all of
+    them read (If-Match): each round exactly one write lands, the rest are refused. (Each write's
+    bytes differ from every other's: the ETag is the content's digest.)"""
+    settings = ObjectStoreSettings(**s3_bucket.settings())  # type: ignore[arg-type]
+    clients = [S3Bucket(settings) for _ in range(10)]
+    await clients[0].ensure_bucket()
+
+    async def attempt(client: S3Bucket, key: str, etag: str | None, mine: bytes) -> bool:
+        try:
+            await client.swap(key, mine, etag=etag)
+        except PreconditionFailed:
+            return False
+        return True
+
+    for round_ in range(20):
+        key = f"race/{round_}"
+        etag: str | None = None
+        for step in ("create", "replace"):
+            won = await asyncio.gather(
+                *(attempt(c, key, etag, f"{step} {i}".encode()) for i, c in enumerate(clients))
+            )
+            assert won.count(True) == 1, f"{key}, {step}: {won.count(True)} writers won"
+            read = await clients[0].read(key)
+            assert read.data == f"{step} {won.index(True)}".encode()
+            etag = read.etag
+    for client in clients:
+        await client.close()

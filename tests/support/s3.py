@@ -21,6 +21,7 @@ from tests.support.net import free_port
 
 ACCESS_KEY = "test-access-key"
 SECRET_KEY = "test-secret-key-not-real"
+REPOSITORY = Path(__file__).parents[2]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ def new_bucket_name() -> str:
 
 
 class MotoServer:
-    """`python -m moto.server` on a free loopback port; its state lives as long as the process."""
+    """moto's S3 server (`moto_atomic.py`: its conditional writes atomic) on a free loopback port;
+    its state lives as long as the process."""
 
     def __init__(self, log_dir: Path):
         self.port = free_port()
@@ -96,7 +98,16 @@ class MotoServer:
     def start(self, timeout: float = 30.0) -> None:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.support.moto_atomic",
+                    "-H",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                ],
+                cwd=REPOSITORY,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
