@@ -201,6 +201,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         full = len(self.active_leases(worker)) >= CAPACITY[worker]
         claimable = [t for t in self.tasks.values() if self.claimable_by(t, worker)]
         claimed = self.run(self.container.leases.claim(worker, wait_sec=0))
+        self.run(self.container.leases.note_seen())  # what the claims-seen loop writes each second
         if claimed is None:
             assert not undelivered
             assert full or not claimable, "a claimable task was left in the queue"

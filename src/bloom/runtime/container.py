@@ -58,11 +58,13 @@ AUDIT_EXPORT_CHECK_SEC = 60.0
 QUEUE_HISTORY_SEC = 60.0
 """How often the queue's depth is sampled for the dashboard's history (one sample a minute)."""
 EVENTS_PRUNE_SEC = 3600.0
+"""How often events older than the retention are deleted."""
 APPROVALS_EXPIRY_SEC = 5.0
+"""How often calls waiting past their `expires_at` get their `on_timeout`."""
 WEBHOOK_SEC = 2.0
 """How often the approvals' webhook deliveries that are due are tried."""
-"""How often calls waiting past their `expires_at` get their `on_timeout`."""
-"""How often events older than the retention are deleted."""
+CLAIMS_SEEN_SEC = 1.0
+"""How often the signs of life of claims that found nothing at a glance are written."""
 
 
 @dataclass
@@ -297,6 +299,7 @@ def build_container(
     container.loops.append(
         PeriodicLoop("claims-ready", container.leases.wake_if_ready, settings.claim_recheck_sec)
     )
+    container.loops.append(PeriodicLoop("claims-seen", container.leases.note_seen, CLAIMS_SEEN_SEC))
     container.loops.append(
         PeriodicLoop("worker_sync", worker_sync.sync_once, settings.worker_sync_sec)
     )

@@ -25,6 +25,7 @@ from bloom.runtime.services import graphs, metrics
 from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_any
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
+from bloom.runtime.storage.repositories.workers import Glance
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +87,28 @@ NextLook = Callable[[Repositories, str], Awaitable[Looked]]
 """A look for a worker's next tasks, run in a transaction someone else opened (`look_many`)."""
 
 
+def missed_at_a_glance(glance: Glance | None, now: int) -> Missed | None:
+    """What a claim's first look would find, when a read already tells that it finds nothing;
+    None when only the look itself can tell (it grants, delivers, brings the worker online, or
+    refuses it). Only tasks queued past their backoff make a look worth its write: a claim
+    woken later looks again, so a look skipped here loses nothing.
+
+    A worker holding a lease always looks: its sign of life must be written at once, since the
+    reaper judges whether it went silent after that lease's last heartbeat (`mark_gone`)."""
+    if glance is None or glance.has_assigned:
+        return None
+    worker = glance.worker
+    if worker.status != WorkerStatus.ONLINE or worker.source != "api" or not worker.claude_cli:
+        return None
+    if worker.active_leases > 0:
+        return None
+    if not worker.ready or (worker.paused_until is not None and worker.paused_until > now):
+        return Missed.UNABLE
+    if worker.max_concurrency <= 0:
+        return Missed.UNABLE
+    return None if glance.queue_ready else Missed.NOTHING
+
+
 def _load(worker: Worker, active: int) -> WorkerLoad:
     return WorkerLoad(
         id=worker.id,
@@ -112,6 +135,11 @@ class LeaseService:
         self.signal = signal
         self.clock = clock
         self.settings = settings
+        self._seen: set[str] = set()
+        """Workers whose claims found nothing at a glance since `note_seen` last ran."""
+        self._quiet_since: int | None = None
+        """The signal's wakes when a look last began that then found nothing: while no wake
+        came since, a claim's first look is likely to find nothing too (`_first_look`)."""
 
     async def lease(
         self,
@@ -243,7 +271,14 @@ class LeaseService:
         while True:
             with self.signal.waiting(worker_id, able=able) as waiter:
                 if woken:
-                    looked = await self._try_claim(worker_id, ttl_sec, touch=first)
+                    wakes = self.signal.wakes
+                    looked: Claimed | Missed | None = None
+                    if first and self._quiet_since == wakes:
+                        looked = await self._first_look(worker_id)
+                    if looked is None:
+                        looked = await self._try_claim(worker_id, ttl_sec, touch=first)
+                    if looked is Missed.NOTHING:
+                        self._quiet_since = wakes
                     claimed = (
                         await self._deliverable(looked) if isinstance(looked, Claimed) else None
                     )
@@ -308,6 +343,30 @@ class LeaseService:
             )
             return None
         return Claimed(lease, claimed.task)
+
+    async def _first_look(self, worker_id: str) -> Missed | None:
+        """A claim's first look while the queue seems quiet, a read first: an idle fleet's
+        claims find nothing, and each would otherwise lock its worker's row and commit a write
+        to say it was seen (issue 31: 100 claims a second at 2,000 waiting workers). The sign
+        of life is then written with others' (`note_seen`). None: the read cannot tell, the
+        look must be made. (After a wake the look is made at once: the read would be a round
+        trip more for a claim that finds work.)"""
+        now = self.clock()
+        async with self.db.read() as tx:
+            glance = await tx.workers.glance(worker_id, now)
+        missed = missed_at_a_glance(glance, now)
+        if missed is not None:
+            self._seen.add(worker_id)
+        return missed
+
+    async def note_seen(self) -> None:
+        """Write the signs of life of the claims that found nothing at a glance: one statement
+        for all of them, every few seconds (a `PeriodicLoop`)."""
+        if not self._seen:
+            return
+        seen, self._seen = sorted(self._seen), set()
+        async with self.db.single() as tx:
+            await tx.workers.seen(seen, self.clock())
 
     async def _try_claim(
         self, worker_id: str, ttl_sec: int | None, *, touch: bool

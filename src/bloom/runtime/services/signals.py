@@ -38,6 +38,9 @@ class QueueSignal:
         began waiting."""
         self._any_change = asyncio.Event()
         self.publish = publish
+        self.wakes = 0
+        """Wakes so far, of any kind: a claim's hint whether the queue may have changed since a
+        look found nothing (`LeaseService`)."""
 
     @property
     def waiters(self) -> int:
@@ -59,6 +62,7 @@ class QueueSignal:
         return self._any_change
 
     def wake(self, wake: Wake = EVERYONE) -> None:
+        self.wakes += 1
         changed, self._any_change = self._any_change, asyncio.Event()
         changed.set()
         if wake.count is None:

@@ -132,12 +132,19 @@ def may_keep(owner: Any) -> list[ColumnElement[bool]]:
     ]
 
 
+def queued_now() -> list[ColumnElement[bool]]:
+    """The task is queued and past its backoff at `b_now`."""
+    return [
+        is_state(t.c.status, "queued"),
+        or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+    ]
+
+
 def ready_now() -> list[ColumnElement[bool]]:
     """The task is queued, past its backoff at `b_now`, of a project whose budget is not held,
     and (with a workspace) no other task of its branch is in flight: some claim may take it."""
     return [
-        is_state(t.c.status, "queued"),
-        or_(t.c.not_before.is_(None), t.c.not_before <= bindparam("b_now")),
+        *queued_now(),
         t.c.agent_slug.not_in(
             select(budgets.c.project).where(budgets.c.held_until > bindparam("b_now"))
         ),

@@ -1,9 +1,11 @@
 """SQL for `workers`: the registry, and the row lock that serialises lease grants per worker."""
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    String,
     Text,
     bindparam,
     case,
@@ -20,9 +22,9 @@ from bloom.db.columns import JSONType
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
-from bloom.runtime.storage.repositories.keepers import has_cli
+from bloom.runtime.storage.repositories.keepers import has_cli, queued_now
 from bloom.runtime.storage.repositories.tasks import WALKING
-from bloom.runtime.storage.tables import leases, workers
+from bloom.runtime.storage.tables import leases, llm_tasks, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
 w = workers
@@ -58,6 +60,30 @@ _LOCK_WITH_ASSIGNED = (
     .where(w.c.id == bindparam("b_id"))
     .with_for_update(of=w)
 )
+_GLANCE = select(
+    *WORKER_COLUMNS,
+    _HAS_ASSIGNED,
+    _ACTIVE_NOW,
+    exists().select_from(llm_tasks).where(*queued_now()).label("queue_ready"),
+).where(w.c.id == bindparam("b_id"))
+_SEEN_AMONG = {
+    "postgresql": w.c.id == func.any(bindparam("b_ids", type_=postgresql.ARRAY(String()))),
+    "sqlite": w.c.id.in_(
+        select(func.json_each(bindparam("b_ids", type_=JSONType)).table_valued("value").c.value)
+    ),
+}
+# Only forward, and only for a worker still online: a worker set offline since is brought back
+# by its next claim's check-in, not by a sign of life noted before.
+_SEEN = {
+    kind: update(w)
+    .where(
+        among,
+        is_state(w.c.status, "online"),
+        or_(w.c.last_heartbeat.is_(None), w.c.last_heartbeat < bindparam("b_now")),
+    )
+    .values(last_heartbeat=bindparam("b_now"))
+    for kind, among in _SEEN_AMONG.items()
+}
 # PostgreSQL: the same, setting the claim's plan settings for the rest of the transaction (the
 # tasks repository's `WALKING`), a round trip less per look.
 _CHECK_IN_WALKING = _CHECK_IN.returning(WALKING)
@@ -145,6 +171,17 @@ _ONLINE_WITHOUT_CLI = select(
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
 
+@dataclass(frozen=True, slots=True)
+class Glance:
+    """A worker as a claim's first look would find it, read without its row lock: `worker`
+    with `active_leases` counted, whether a lease pushed to it awaits delivery, and whether any
+    task is queued past its backoff (some claim, maybe not this worker's, may take it)."""
+
+    worker: Worker
+    has_assigned: bool
+    queue_ready: bool
+
+
 class WorkerRepository(Repository):
     async def get(self, worker_id: str) -> Worker | None:
         return await self.one(Worker, _GET, {"b_id": worker_id})
@@ -182,6 +219,22 @@ class WorkerRepository(Repository):
         has_assigned = bool(values.pop("has_assigned"))
         values["active_leases"] = values.pop("active_now")
         return to_entity(Worker, values), has_assigned
+
+    async def glance(self, worker_id: str, now: int) -> Glance | None:
+        """The worker, its leases and the queue at `now`, in one read; None: no such worker."""
+        rows = await self.run(_GLANCE, {"b_id": worker_id, "b_now": now})
+        if not rows:
+            return None
+        values = dict(rows[0])
+        has_assigned = bool(values.pop("has_assigned"))
+        queue_ready = bool(values.pop("queue_ready"))
+        values["active_leases"] = values.pop("active_now")
+        return Glance(to_entity(Worker, values), has_assigned, queue_ready)
+
+    async def seen(self, worker_ids: list[str], now: int) -> None:
+        """These workers were heard from (a claim that found nothing) by `now`: their
+        `last_heartbeat` moves up to it, the online ones'."""
+        await self.run(_SEEN[self.kind], {"b_ids": worker_ids, "b_now": now})
 
     async def find(self) -> list[Worker]:
         return await self.all(Worker, _LIST, {})
