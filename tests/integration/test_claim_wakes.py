@@ -12,6 +12,7 @@ import pytest
 
 from bloom.db.database import DatabaseTarget, StorageKind
 from bloom.runtime.services.leasing import LeaseService
+from bloom.runtime.services.signals import QueueSignal
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.api import API, claim, create_task, register_worker, success
 from tests.support.databases import make_settings
@@ -50,10 +51,18 @@ async def waiting_claims(client: httpx.AsyncClient, names: list[str]) -> list[as
         asyncio.create_task(client.post(f"{API}/workers/{name}/claim", json={"wait_seconds": WAIT}))
         for name in names
     ]
-    container = client.app.state.container  # type: ignore[attr-defined]
-    while container.signal.waiters < len(names):
-        await asyncio.sleep(0.01)
+    await settled(client.app.state.container.signal, len(names))  # type: ignore[attr-defined]
     return claims
+
+
+async def settled(signal: QueueSignal, claims: int) -> None:
+    """Until `claims` claims wait, each past its look: a claim registers before it looks, and
+    one still looking when a task comes could take it itself."""
+    while signal.waiters < claims or any(
+        not event._waiters  # nobody awaits it yet: still looking
+        for event in signal._waiting
+    ):
+        await asyncio.sleep(0.01)
 
 
 async def granted(claims: list[asyncio.Task[Any]], count: int) -> list[dict[str, Any]]:
@@ -145,8 +154,7 @@ async def test_a_claim_whose_caller_left_passes_its_wake_on(client: httpx.AsyncC
     staying = asyncio.create_task(leases.claim("staying", wait_sec=WAIT))
     gone = asyncio.Event()
     leaving = asyncio.create_task(leases.claim("leaving", wait_sec=WAIT, gone=gone))
-    while container.signal.waiters < 2:
-        await asyncio.sleep(0.01)
+    await settled(container.signal, 2)
     task = await create_task(client)  # wakes the newest claim, the one about to hear...
     gone.set()  # ...that its caller hung up: it passes the wake on
     assert await asyncio.wait_for(leaving, SOON) is None
