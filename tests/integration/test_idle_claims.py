@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bloom.domain.claims import Missed
 from bloom.runtime.container import Container
-from bloom.runtime.services.leasing import LeaseService, Missed
+from bloom.runtime.services.leasing import LeaseService
 from bloom.runtime.settings import RuntimeSettings
 from tests.support.api import API, claim, create_task, register_worker
 from tests.support.clock import FakeClock

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
+from bloom.domain.claims import Glance, Missed, missed_at_a_glance
 from bloom.domain.models import Worker
 from bloom.domain.states import WorkerStatus
-from bloom.runtime.services.leasing import Missed, missed_at_a_glance
-from bloom.runtime.storage.repositories.workers import Glance
 
 NOW = 1_800_000_000_000
 

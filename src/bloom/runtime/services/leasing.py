@@ -9,11 +9,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from enum import Enum
 
 import structlog
 
 from bloom.domain.audit import AuditAction, lease_audit
+from bloom.domain.claims import Missed, missed_at_a_glance
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
 from bloom.domain.ids import new_id, retimed
@@ -25,7 +25,6 @@ from bloom.runtime.services import graphs, metrics
 from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_any
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
-from bloom.runtime.storage.repositories.workers import Glance
 
 log = structlog.get_logger(__name__)
 
@@ -72,41 +71,10 @@ class Claimed:
     task: Task
 
 
-class Missed(Enum):
-    """Why a claim's look got no task."""
-
-    NOTHING = "nothing"
-    """No task there the worker may take."""
-    UNABLE = "unable"
-    """The worker takes no task now: offline, paused, or every slot taken."""
-
-
 Looked = tuple[Claimed, ...] | Missed
 """A look's outcome: its grants (at least one), or why there was none."""
 NextLook = Callable[[Repositories, str], Awaitable[Looked]]
 """A look for a worker's next tasks, run in a transaction someone else opened (`look_many`)."""
-
-
-def missed_at_a_glance(glance: Glance | None, now: int) -> Missed | None:
-    """What a claim's first look would find, when a read already tells that it finds nothing;
-    None when only the look itself can tell (it grants, delivers, brings the worker online, or
-    refuses it). Only tasks queued past their backoff make a look worth its write: a claim
-    woken later looks again, so a look skipped here loses nothing.
-
-    A worker holding a lease always looks: its sign of life must be written at once, since the
-    reaper judges whether it went silent after that lease's last heartbeat (`mark_gone`)."""
-    if glance is None or glance.has_assigned:
-        return None
-    worker = glance.worker
-    if worker.status != WorkerStatus.ONLINE or worker.source != "api" or not worker.claude_cli:
-        return None
-    if worker.active_leases > 0:
-        return None
-    if not worker.ready or (worker.paused_until is not None and worker.paused_until > now):
-        return Missed.UNABLE
-    if worker.max_concurrency <= 0:
-        return Missed.UNABLE
-    return None if glance.queue_ready else Missed.NOTHING
 
 
 def _load(worker: Worker, active: int) -> WorkerLoad:

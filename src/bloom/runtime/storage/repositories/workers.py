@@ -1,6 +1,5 @@
 """SQL for `workers`: the registry, and the row lock that serialises lease grants per worker."""
 
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -20,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from bloom.db.columns import JSONType
 from bloom.db.repository import Repository, entity_columns, entity_values, is_state, to_entity
+from bloom.domain.claims import Glance
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
 from bloom.runtime.storage.repositories.keepers import has_cli, queued_now
@@ -169,17 +169,6 @@ _ONLINE_WITHOUT_CLI = select(
     & ~exists().where(is_state(w.c.status, "online"), has_cli(w, bindparam("b_cli", type_=Text)))
 )
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
-
-
-@dataclass(frozen=True, slots=True)
-class Glance:
-    """A worker as a claim's first look would find it, read without its row lock: `worker`
-    with `active_leases` counted, whether a lease pushed to it awaits delivery, and whether any
-    task is queued past its backoff (some claim, maybe not this worker's, may take it)."""
-
-    worker: Worker
-    has_assigned: bool
-    queue_ready: bool
 
 
 class WorkerRepository(Repository):
