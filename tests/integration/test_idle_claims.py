@@ -37,11 +37,16 @@ async def worker(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
     return dict(response.json())
 
 
+async def quiet(client: httpx.AsyncClient, name: str) -> None:
+    """Register `name`, whose first claim then finds nothing: the queue is quiet."""
+    await register_worker(client, name)
+    assert await claim(client, name) is None
+
+
 async def test_a_claim_in_a_quiet_queue_reads_once_and_writes_nothing(
     client: httpx.AsyncClient, sent: Sent
 ) -> None:
-    await register_worker(client, "w1")
-    assert await claim(client, "w1") is None  # a look that found nothing: the queue is quiet
+    await quiet(client, "w1")
     sent.clear()
     assert await claim(client, "w1") is None
     assert (len(sent.statements), sent.transactions) == (1, 0), sent.statements
@@ -54,8 +59,7 @@ async def test_a_claim_in_a_quiet_queue_reads_once_and_writes_nothing(
 async def test_a_claim_found_idle_at_a_glance_is_a_sign_of_life(
     client: httpx.AsyncClient, clock: FakeClock
 ) -> None:
-    await register_worker(client, "w1")
-    assert await claim(client, "w1") is None
+    await quiet(client, "w1")
     clock.advance(30)
     assert await claim(client, "w1") is None
     await container_of(client).leases.note_seen()
@@ -65,8 +69,7 @@ async def test_a_claim_found_idle_at_a_glance_is_a_sign_of_life(
 async def test_an_offline_worker_is_online_again_with_its_next_claim(
     client: httpx.AsyncClient, clock: FakeClock
 ) -> None:
-    await register_worker(client, "w1")
-    assert await claim(client, "w1") is None
+    await quiet(client, "w1")
     clock.advance(120)
     async with container_of(client).db.write() as tx:
         assert await tx.workers.mark_gone("w1", silent_since=clock.now)
@@ -81,8 +84,7 @@ async def test_a_task_queued_while_a_claim_reads_reaches_it_at_once(
 ) -> None:
     """The claim registers to be woken before its read: a task created between the read and
     its wait wakes it, with no recheck to fall back on."""
-    await register_worker(client, "w1")
-    assert await claim(client, "w1") is None
+    await quiet(client, "w1")
     leases: LeaseService = container_of(client).leases
     read = leases._first_look
     created: list[dict[str, Any]] = []
