@@ -43,8 +43,7 @@ def missed_at_a_glance(glance: Glance | None, now: int) -> Missed | None:
         return None
     if worker.active_leases > 0:
         return None
-    if not worker.ready or (worker.paused_until is not None and worker.paused_until > now):
-        return Missed.UNABLE
-    if worker.max_concurrency <= 0:
+    paused = worker.paused_until is not None and worker.paused_until > now
+    if not worker.ready or paused or worker.max_concurrency <= 0:
         return Missed.UNABLE
     return None if glance.queue_ready else Missed.NOTHING

@@ -329,7 +329,7 @@ class LeaseService:
 
     async def note_seen(self) -> None:
         """Write the signs of life of the claims that found nothing at a glance: one statement
-        for all of them, every few seconds (a `PeriodicLoop`)."""
+        for all of them, every second (the `claims-seen` loop)."""
         if not self._seen:
             return
         seen, self._seen = sorted(self._seen), set()

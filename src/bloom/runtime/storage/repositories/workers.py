@@ -171,6 +171,14 @@ _ONLINE_WITHOUT_CLI = select(
 _TOTALS = select(func.count(), func.count().filter(is_state(w.c.status, "online")))
 
 
+def _counted(values: dict[str, Any]) -> tuple[Worker, bool]:
+    """The worker of a row of its columns, `has_assigned` and `active_now` (taken out of
+    `values`), with `active_leases` counted; and whether a pushed lease awaits delivery."""
+    has_assigned = bool(values.pop("has_assigned"))
+    values["active_leases"] = values.pop("active_now")
+    return to_entity(Worker, values), has_assigned
+
+
 class WorkerRepository(Repository):
     async def get(self, worker_id: str) -> Worker | None:
         return await self.one(Worker, _GET, {"b_id": worker_id})
@@ -205,9 +213,7 @@ class WorkerRepository(Repository):
             return None
         values = dict(rows[0])
         values.pop("walking", None)
-        has_assigned = bool(values.pop("has_assigned"))
-        values["active_leases"] = values.pop("active_now")
-        return to_entity(Worker, values), has_assigned
+        return _counted(values)
 
     async def glance(self, worker_id: str, now: int) -> Glance | None:
         """The worker, its leases and the queue at `now`, in one read; None: no such worker."""
@@ -215,10 +221,8 @@ class WorkerRepository(Repository):
         if not rows:
             return None
         values = dict(rows[0])
-        has_assigned = bool(values.pop("has_assigned"))
         queue_ready = bool(values.pop("queue_ready"))
-        values["active_leases"] = values.pop("active_now")
-        return Glance(to_entity(Worker, values), has_assigned, queue_ready)
+        return Glance(*_counted(values), queue_ready)
 
     async def seen(self, worker_ids: list[str], now: int) -> None:
         """These workers were heard from (a claim that found nothing) by `now`: their
