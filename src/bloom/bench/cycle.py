@@ -10,10 +10,12 @@ not measured), so a run leaves no queued work behind, and unregister.
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bloom.bench.api import Claim, RuntimeApi, Tally
 from bloom.bench.http import Endpoint
+from bloom.bench.server import machine_cpu_sec, on_linux, process_tree
 from bloom.bench.stats import Latency
 
 CLAIM_WAIT_SEC = 5.0
@@ -33,6 +35,12 @@ class CycleReport:
     errors: int
     error_samples: list[str]
     client_cpu_ms_per_request: float | None
+    server_cpu_ms_per_cycle: float | None
+    """The runtime's processes' CPU time ÷ cycles, over the window: the bench's own server only."""
+    machine_cpu_ms_per_cycle: float | None
+    """All of this machine's CPU time at work ÷ cycles, over the window (Linux): the server, its
+    database, the bench itself and whatever else runs here. What a cycle costs, apart from how
+    long its waits are: a saving shows here even in a run whose rate is bound by waits."""
 
 
 @dataclass(slots=True)
@@ -105,9 +113,15 @@ class _SimulatedWorker:
 
 
 async def run_cycles(
-    endpoint: Endpoint, *, workers: int, duration: float, warmup: float
+    endpoint: Endpoint,
+    *,
+    workers: int,
+    duration: float,
+    warmup: float,
+    server_pid: int | None = None,
 ) -> CycleReport:
-    """Drive `workers` simulated workers against the runtime at `endpoint`."""
+    """Drive `workers` simulated workers against the runtime at `endpoint`, whose process is
+    `server_pid` when the bench started it."""
     run = uuid.uuid4().hex[:8]
     tally = Tally()
     apis = [RuntimeApi(endpoint, tally) for _ in range(workers)]
@@ -122,7 +136,7 @@ async def run_cycles(
         start = time.perf_counter() + warmup
         recorder = _Recorder(start=start, end=start + duration)
         sims = [_SimulatedWorker(n, api, recorder) for n, api in zip(names, apis, strict=True)]
-        cpu = _CpuMeter(tally, recorder.start, recorder.end)
+        cpu = _CpuMeter(tally, recorder, server_pid)
         await asyncio.gather(*(sim.run() for sim in sims))
         deadline = time.perf_counter() + DRAIN_SEC
         await asyncio.gather(*(sim.drain(deadline) for sim in sims))
@@ -144,25 +158,54 @@ async def run_cycles(
         errors=tally.errors,
         error_samples=tally.samples,
         client_cpu_ms_per_request=cpu.ms_per_request(),
+        server_cpu_ms_per_cycle=cpu.ms_per_cycle(_SERVER),
+        machine_cpu_ms_per_cycle=cpu.ms_per_cycle(_MACHINE),
     )
 
 
-class _CpuMeter:
-    """This process's CPU time per request over the measured window."""
+_CLIENT, _SERVER, _MACHINE = range(3)
 
-    def __init__(self, tally: Tally, start: float, end: float):
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    cpu_sec: tuple[float | None, float | None, float | None]
+    """This process's, the server's and the machine's CPU time (None: not known here)."""
+    requests: int
+    cycles: int
+
+
+class _CpuMeter:
+    """CPU time over the measured window: this process's per request, the server's and the
+    machine's per cycle."""
+
+    def __init__(self, tally: Tally, recorder: _Recorder, server_pid: int | None):
         self.tally = tally
-        self.marks: list[tuple[float, int]] = []
+        self.recorder = recorder
+        self.server_pid = server_pid if on_linux() else None
+        self.marks: list[_Mark] = []
         loop = asyncio.get_running_loop()
         now = time.perf_counter()
-        loop.call_later(max(0.0, start - now), self._mark)
-        loop.call_later(max(0.0, end - now), self._mark)
+        loop.call_later(max(0.0, recorder.start - now), self._mark)
+        loop.call_later(max(0.0, recorder.end - now), self._mark)
 
     def _mark(self) -> None:
-        self.marks.append((time.process_time(), self.tally.requests))
+        server = None if self.server_pid is None else process_tree(self.server_pid).cpu_sec
+        machine = machine_cpu_sec() if on_linux() else None
+        cpu = (time.process_time(), server, machine)
+        self.marks.append(_Mark(cpu, self.tally.requests, self.recorder.cycles))
 
     def ms_per_request(self) -> float | None:
-        if len(self.marks) < 2 or self.marks[1][1] == self.marks[0][1]:
+        return self._per(_CLIENT, lambda mark: mark.requests)
+
+    def ms_per_cycle(self, which: int) -> float | None:
+        return self._per(which, lambda mark: mark.cycles)
+
+    def _per(self, which: int, count: Callable[[_Mark], int]) -> float | None:
+        if len(self.marks) < 2:
             return None
-        (cpu0, req0), (cpu1, req1) = self.marks[:2]
-        return round((cpu1 - cpu0) * 1000 / (req1 - req0), 3)
+        first, last = self.marks[:2]
+        before, after = first.cpu_sec[which], last.cpu_sec[which]
+        done = count(last) - count(first)
+        if before is None or after is None or done <= 0:
+            return None
+        return round((after - before) * 1000 / done, 3)

@@ -36,6 +36,8 @@ def _cycle_json(report: CycleReport) -> dict[str, Any]:
         "errors": report.errors,
         "error_samples": report.error_samples,
         "client_cpu_ms_per_request": report.client_cpu_ms_per_request,
+        "server_cpu_ms_per_cycle": report.server_cpu_ms_per_cycle,
+        "machine_cpu_ms_per_cycle": report.machine_cpu_ms_per_cycle,
     }
 
 
@@ -85,8 +87,9 @@ def _render_cycle(report: CycleReport, console: Console) -> None:
     _latency_rows(table, "claim", report.claim)
     _latency_rows(table, "create → claim", report.create_to_claim)
     table.add_row("requests sent (whole run)", str(report.requests))
-    cpu = report.client_cpu_ms_per_request
-    table.add_row("client CPU / request", ms_text(cpu, 2))
+    table.add_row("client CPU / request", ms_text(report.client_cpu_ms_per_request, 2))
+    table.add_row("server CPU / cycle", ms_text(report.server_cpu_ms_per_cycle, 2))
+    table.add_row("machine CPU / cycle", ms_text(report.machine_cpu_ms_per_cycle, 2))
     console.print(table)
 
 

@@ -89,17 +89,21 @@ async def run_bench(options: BenchOptions) -> BenchResult:
         database_url = options.database_url or f"sqlite:///{data_dir / 'bench.db'}"
         if options.url:
             endpoint = Endpoint.from_url(options.url, options.api_key)
-            processes = None
+            processes = server_pid = None
         else:
             server = OwnServer(database_url, options.server_workers, data_dir)
             endpoint = await stack.enter_async_context(server)
-            processes = options.server_workers
+            processes, server_pid = options.server_workers, server.pid
             if options.on_server is not None:
                 options.on_server(f"{endpoint.url} (log: {server.log_path})")
         context = await _context(endpoint, processes)
         if not options.depths:
             cycle = await run_cycles(
-                endpoint, workers=options.workers, duration=options.duration, warmup=options.warmup
+                endpoint,
+                workers=options.workers,
+                duration=options.duration,
+                warmup=options.warmup,
+                server_pid=server_pid,
             )
             return BenchResult(context, cycle=cycle)
         target = resolve_database(database_url, data_dir)

@@ -72,6 +72,16 @@ def process_tree(pid: int) -> ProcessUsage:
     return ProcessUsage(rss_kb, fds, ticks / os.sysconf("SC_CLK_TCK"))
 
 
+def machine_cpu_sec() -> float:
+    """CPU time all cores of this machine have spent at work since boot, from /proc/stat (Linux
+    only): every process's, in user and kernel mode with interrupts; idle, I/O wait and time
+    the hypervisor took away (steal) left out."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(n) for n in (PROC / "stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 class ServerError(RuntimeError):
     """The server (or another process the bench started) did not start, or died."""
 
