@@ -7,22 +7,31 @@ conflict and changes nothing.
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, cast
+from typing import NamedTuple, cast
 
 import structlog
 
 from bloom.artifacts import ArtifactStore, StoredContent, StoreUnavailable
 from bloom.domain.audit import AuditAction, task_audit, worker_audit
 from bloom.domain.budget import Crossing
-from bloom.domain.clock import Clock, utc_text
+from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, NotFound, ServiceError, Unavailable
 from bloom.domain.ids import new_id
-from bloom.domain.models import Artifact, AuditEntry, Completion, Lease, Result, Task
-from bloom.domain.retry import ErrorCode, RetryPolicy, failure_outcome
+from bloom.domain.models import Artifact, Completion, Lease, Result, Task
+from bloom.domain.retry import RetryPolicy
 from bloom.domain.states import IN_FLIGHT, LeaseStatus, ResultStatus, TaskStatus
 from bloom.domain.usage import Usage
 from bloom.domain.workspace import PATCH_ARTIFACT
 from bloom.runtime.services import approvals, budgets, graphs, metrics
+from bloom.runtime.services.attempt_records import (
+    attempt_result,
+    end_audit,
+    next_task_values,
+    running_audit,
+    stored_artifact,
+    success_values,
+    usage_limit_reset,
+)
 from bloom.runtime.services.budgets import HoldReleases
 from bloom.runtime.services.events import EventService, NewEvent, Row, prepared, serialise_data
 from bloom.runtime.services.fencing import TASK_OR_LEASE_NOT_FOUND, checked, fenced, lapsed
@@ -33,13 +42,6 @@ from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 log = structlog.get_logger(__name__)
 STORE_RETRY_AFTER_SEC = 5
 """A complete refused because the artifact store is down asks to be retried this much later."""
-FAILURE_ACTIONS = {
-    TaskStatus.QUEUED: AuditAction.TASK_RETRY_SCHEDULED,
-    TaskStatus.FAILED: AuditAction.TASK_FAILED,
-    TaskStatus.DEAD: AuditAction.TASK_DEAD,
-    TaskStatus.CANCELLED: AuditAction.TASK_CANCELLED,
-    TaskStatus.AWAITING_APPROVAL: AuditAction.APPROVAL_REQUESTED,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,18 +126,6 @@ async def _look(
         return None, exc.message
 
 
-def _usage_limit_reset(completion: Completion, now: int) -> int | None:
-    """When a usage limit stopped the attempt: the reset time, before which its worker pauses."""
-    if (
-        completion.status == ResultStatus.ERROR
-        and completion.error_code == ErrorCode.USAGE_LIMIT
-        and completion.retry_at is not None
-        and completion.retry_at > now
-    ):
-        return completion.retry_at
-    return None
-
-
 class AttemptService:
     def __init__(
         self,
@@ -187,15 +177,7 @@ class AttemptService:
                 )
                 if running is not None:
                     status = running.status
-                    await tx.audit.add(
-                        task_audit(
-                            AuditAction.TASK_RUNNING,
-                            task_id,
-                            now=now,
-                            actor=lease.worker_id,
-                            detail=f"Worker {lease.worker_id} started lease {lease.id}",
-                        )
-                    )
+                    await tx.audit.add(running_audit(task_id, lease, now))
         return Beat(lease, status, renewal.cancel_requested)
 
     async def _beat(
@@ -213,18 +195,7 @@ class AttemptService:
             renewal, started = done
             lease = renewal.lease
             if started:
-                tx.audit.written(
-                    replace(
-                        task_audit(
-                            AuditAction.TASK_RUNNING,
-                            task_id,
-                            now=now,
-                            actor=lease.worker_id,
-                            detail=f"Worker {lease.worker_id} started lease {lease.id}",
-                        ),
-                        id=audit_id,
-                    )
-                )
+                tx.audit.written(replace(running_audit(task_id, lease, now), id=audit_id))
         return Beat(lease, renewal.task_status, renewal.cancel_requested)
 
     async def complete(
@@ -281,7 +252,7 @@ class AttemptService:
         usage = Usage.from_metrics(completion.metrics)
         if (
             self.db.kind != "postgresql"
-            or _usage_limit_reset(completion, now) is not None
+            or usage_limit_reset(completion, now) is not None
             or (usage.cost_usd is not None and usage.cost_usd > 0)
             or ending.events  # stored under the task's row lock, with its tally
             or stored.patch is not None  # a workspace's end: a second artifact
@@ -305,16 +276,16 @@ class AttemptService:
             ):
                 # a replay, or a refusal: said by the steps; or its dependents to tell
                 return None
-            values = self._next_task_values(task, completion, now)
-            artifact = self._artifact(
+            values = next_task_values(task, completion, now, self.retry)
+            artifact = stored_artifact(
                 task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
             )
-            result = self._result(
+            result = attempt_result(
                 task.id, (lease.id, lease.worker_id), artifact, completion, usage, now
             )
             not_before = cast("int | None", values.get("not_before"))
             moved = (task.id, TaskStatus(str(values["status"])), not_before)
-            entry = _audit_entry(moved, artifact, completion, lease.worker_id, now)
+            entry = end_audit(moved, artifact, completion, lease.worker_id, now)
             finished = await tx.ends.end_alone(
                 task.id,
                 lease.id,
@@ -342,16 +313,14 @@ class AttemptService:
         (`EndRepository.succeed_alone`: the fencing is in it); None when it wrote nothing."""
         completion = ending.completion
         task_id = ending.task_id
-        values = _success_values(completion, now)
-        artifact = self._artifact(
+        values = success_values(completion, now)
+        artifact = stored_artifact(
             task_id, completion.artifact_type, completion.artifact_tags, stored.output, now
         )
         actor = worker_id or ""  # the lease's worker, written by the statement
         usage = Usage.from_metrics(completion.metrics)
-        result = self._result(task_id, (lease_id, actor), artifact, completion, usage, now)
-        entry = _audit_entry(
-            (task_id, TaskStatus.COMPLETED, None), artifact, completion, actor, now
-        )
+        result = attempt_result(task_id, (lease_id, actor), artifact, completion, usage, now)
+        entry = end_audit((task_id, TaskStatus.COMPLETED, None), artifact, completion, actor, now)
         async with self.db.single() as tx:
             done = await tx.ends.succeed_alone(
                 task_id,
@@ -447,7 +416,7 @@ class AttemptService:
         changed, by id."""
         alike: dict[tuple[tuple[str, object], ...], list[tuple[str, str]]] = {}
         for task, lease, ending in ends:
-            values = self._next_task_values(task, ending.completion, now)
+            values = next_task_values(task, ending.completion, now, self.retry)
             alike.setdefault(tuple(values.items()), []).append((task.id, lease.id))
         finished: dict[str, Task] = {}
         for new_values, fenced_pairs in alike.items():
@@ -480,7 +449,7 @@ class AttemptService:
         its task and lease, read and checked (`fencing.checked`), the lease ended or not,
         by the caller (who holds the worker's row lock)."""
         completion = ending.completion
-        pause_until = _usage_limit_reset(completion, now)
+        pause_until = usage_limit_reset(completion, now)
         usage = Usage.from_metrics(completion.metrics)
         if read is None:
             task, lease = await fenced(
@@ -505,7 +474,7 @@ class AttemptService:
                 task.id,
                 from_statuses=IN_FLIGHT,
                 lease_id=lease.id,
-                values=self._next_task_values(task, completion, now),
+                values=next_task_values(task, completion, now, self.retry),
             )
         if finished is None:
             raise lapsed(lease, task, now)  # rolls the lease release back too
@@ -519,24 +488,12 @@ class AttemptService:
         # The task's row is locked now (its transition; SQLite: the only writer), as an events
         # post locks it first: its events' tally holds until this commits.
         written = await self.events.write(tx, task.id, lease, rows, now) if rows else None
-        artifact = self._artifact(
+        artifact = stored_artifact(
             task.id, completion.artifact_type, completion.artifact_tags, stored.output, now
         )
-        patch = self._artifact(task.id, PATCH_ARTIFACT, [], stored.patch, now)
-        result = Result(
-            id=new_id(now),
-            task_id=task.id,
-            worker_id=lease.worker_id,
-            artifact_id=artifact.id if artifact else None,
-            status=completion.status,
-            output=completion.output,
-            error_message=completion.error_message,
-            metrics=completion.metrics,
-            completed_at=now,
-            lease_id=lease.id,
-            error_code=completion.error_code,
-            **usage.columns(),
-            workspace=_workspace_result(completion, patch),
+        patch = stored_artifact(task.id, PATCH_ARTIFACT, [], stored.patch, now)
+        result = attempt_result(
+            task.id, (lease.id, lease.worker_id), artifact, completion, usage, now, patch=patch
         )
         if artifact is not None:
             await tx.artifacts.insert(artifact)
@@ -546,7 +503,8 @@ class AttemptService:
         passed = await budgets.charge(
             tx, finished.agent_slug, usage.cost_usd, now=now, task_id=task.id
         )
-        await self._audit(tx, finished, artifact, completion, lease, now)
+        moved = (finished.id, finished.status, finished.not_before)
+        await tx.audit.add(end_audit(moved, artifact, completion, lease.worker_id, now))
         if pause_until is not None:
             await tx.workers.pause(lease.worker_id, pause_until)
             await tx.audit.add(
@@ -621,92 +579,6 @@ class AttemptService:
         assert task is not None
         return Completed(task, artifact, result, replayed=True)
 
-    def _next_task_values(self, task: Task, completion: Completion, now: int) -> dict[str, object]:
-        values = _success_values(completion, now)
-        if completion.status == ResultStatus.SUCCESS:
-            return values
-        del values["status"], values["last_error"]
-        outcome = failure_outcome(
-            ErrorCode(completion.error_code or ErrorCode.ERROR),
-            attempts=task.attempts,
-            max_attempts=task.max_attempts,
-            now=now,
-            retry_at=completion.retry_at,
-            cancel_requested=task.cancel_requested,
-            policy=self.retry,
-        )
-        values |= {"status": outcome.status, "last_error": completion.error_message}
-        if outcome.status in (TaskStatus.QUEUED, TaskStatus.AWAITING_APPROVAL):
-            values |= {
-                "lease_id": None,
-                "worker_id": None,
-                "queued_at": now,
-                "not_before": outcome.not_before,
-                "attempts": task.attempts - 1 if outcome.refund_attempt else task.attempts,
-            }
-        return values
-
-    @staticmethod
-    def _result(
-        task_id: str,
-        lease: tuple[str, str],
-        artifact: Artifact | None,
-        completion: Completion,
-        usage: Usage,
-        now: int,
-    ) -> Result:
-        """The attempt's result; `lease`: its id and its worker."""
-        lease_id, worker_id = lease
-        return Result(
-            id=new_id(now),
-            task_id=task_id,
-            worker_id=worker_id,
-            artifact_id=artifact.id if artifact else None,
-            status=completion.status,
-            output=completion.output,
-            error_message=completion.error_message,
-            metrics=completion.metrics,
-            completed_at=now,
-            lease_id=lease_id,
-            error_code=completion.error_code,
-            **usage.columns(),
-        )
-
-    @staticmethod
-    def _artifact(
-        task_id: str, kind: str, tags: list[str], stored: StoredContent | None, now: int
-    ) -> Artifact | None:
-        if stored is None:
-            return None
-        return Artifact(
-            id=new_id(now),
-            task_id=task_id,
-            job_id=None,
-            type=kind,
-            created_at=now,
-            finalized=True,
-            url=stored.url,
-            entity_refs=[],
-            tags=tags,
-            content=stored.content,
-            sha256=stored.sha256,
-            size_bytes=stored.size_bytes,
-            storage=stored.storage,
-        )
-
-    @staticmethod
-    async def _audit(
-        tx: Repositories,
-        task: Task,
-        artifact: Artifact | None,
-        completion: Completion,
-        lease: Lease,
-        now: int,
-    ) -> None:
-        """One entry for the attempt's end (`_audit_entry`)."""
-        moved = (task.id, task.status, task.not_before)
-        await tx.audit.add(_audit_entry(moved, artifact, completion, lease.worker_id, now))
-
 
 async def _asked_and_called(
     tx: Repositories, task: Task, finished: Task, lease: Lease, completion: Completion, now: int
@@ -725,50 +597,3 @@ async def _asked_and_called(
     approval = approvals.requested(task, lease, completion.approval, now)
     await tx.approvals.insert(approval)
     return [("approval_requested", serialise_data(approval.to_json()))]
-
-
-def _audit_entry(
-    task: tuple[str, TaskStatus, int | None],
-    artifact: Artifact | None,
-    completion: Completion,
-    actor: str,
-    now: int,
-) -> AuditEntry:
-    """One entry for the attempt's end, named for what it made of the task: `task_completed`
-    for a success, else `FAILURE_ACTIONS`' (retry scheduled, failed, dead, cancelled). Empty
-    parts are left out; a time is ISO 8601 UTC. `task`: its id, status and `not_before`, as the
-    end leaves them."""
-    task_id, task_status, not_before = task
-    duration = completion.metrics.get("duration_ms")
-    status = f"Status: {completion.status}"
-    parts: list[str | None]
-    if task_status == TaskStatus.COMPLETED:
-        action = AuditAction.TASK_COMPLETED
-        parts = [status, f"artifact: {artifact.id}" if artifact else None]
-    else:
-        action = FAILURE_ACTIONS[task_status]
-        code = completion.error_code or ErrorCode.ERROR
-        parts = [
-            status + (f" ({code})" if code != completion.status else ""),
-            completion.error_message,
-        ]
-    parts.append(f"duration: {duration}ms" if duration is not None else None)
-    if not_before:
-        parts.append(f"retry not before {utc_text(not_before)}")
-    detail = ", ".join(part for part in parts if part)
-    return task_audit(action, task_id, now=now, actor=actor, detail=detail)
-
-
-def _success_values(completion: Completion, now: int) -> dict[str, object]:
-    """A success's new task values (a failure's start from them)."""
-    values: dict[str, object] = {"updated_at": now}
-    if completion.session_id:
-        values["session_id"] = completion.session_id
-    return values | {"status": TaskStatus.COMPLETED, "last_error": None}
-
-
-def _workspace_result(completion: Completion, patch: Artifact | None) -> dict[str, Any] | None:
-    """The attempt's `workspace` as the result keeps it: with its patch artifact's id."""
-    if completion.workspace is None:
-        return None
-    return completion.workspace | {"patch_artifact_id": patch.id if patch else None}
