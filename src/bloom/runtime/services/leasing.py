@@ -15,20 +15,18 @@ import structlog
 from bloom.domain.audit import AuditAction, lease_audit
 from bloom.domain.claims import Missed, missed_at_a_glance
 from bloom.domain.clock import Clock
-from bloom.domain.errors import Conflict, Invalid, NotFound, Unavailable
+from bloom.domain.errors import Conflict, NotFound
 from bloom.domain.ids import new_id, retimed
 from bloom.domain.long_poll import claim_deadline
 from bloom.domain.models import AuditEntry, Lease, Task, Worker
-from bloom.domain.routing import WorkerLoad, pick_worker
 from bloom.domain.states import LeaseStatus, TaskStatus, WorkerStatus
 from bloom.runtime.services import graphs, metrics
 from bloom.runtime.services.budgets import Hold, hold_message
 from bloom.runtime.services.signals import QueueSignal, Wake, wait_for_any
+from bloom.runtime.services.slots import reserve_slot
 from bloom.runtime.storage.repositories import Repositories, RuntimeDatabase
 
 log = structlog.get_logger(__name__)
-
-NO_WORKER = "No available worker with free capacity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,24 +75,6 @@ NextLook = Callable[[Repositories, str], Awaitable[Looked]]
 """A look for a worker's next tasks, run in a transaction someone else opened (`look_many`)."""
 
 
-def _load(worker: Worker, active: int) -> WorkerLoad:
-    return WorkerLoad(
-        id=worker.id,
-        status=worker.status,
-        claude_cli=worker.claude_cli,
-        max_concurrency=worker.max_concurrency,
-        active_leases=active,
-        last_heartbeat=worker.last_heartbeat,
-        paused_until=worker.paused_until,
-        ready=worker.ready,
-    )
-
-
-async def _counted(tx: Repositories, worker: Worker) -> Worker:
-    """The worker with `active_leases` counted from its live leases."""
-    return replace(worker, active_leases=await tx.leases.count_active_for_worker(worker.id))
-
-
 class LeaseService:
     def __init__(
         self, db: RuntimeDatabase, signal: QueueSignal, clock: Clock, settings: LeaseSettings
@@ -136,7 +116,7 @@ class LeaseService:
             held = budget.hold_at(now) if budget is not None else None
             if held is not None:
                 raise Conflict(hold_message(Hold(task.agent_slug, held)))
-            worker = await self._reserve_slot(tx, task, worker_id, now, need_url=pushed)
+            worker = await reserve_slot(tx, task, worker_id, now, need_url=pushed)
             lease = Lease(
                 id=new_id(now),
                 task_id=task.id,
@@ -172,42 +152,6 @@ class LeaseService:
             if task is None or task.lease_id != lease.id:
                 raise Conflict(f"Lease {lease_id} no longer holds its task")
             return Claimed(lease, await graphs.with_answers(tx, task))
-
-    async def _reserve_slot(
-        self, tx: Repositories, task: Task, worker_id: str | None, now: int, *, need_url: bool
-    ) -> Worker:
-        """Lock and return a worker with a free slot for `task`, not paused at `now` (and with an
-        agent URL when `need_url`), or raise Unavailable (Invalid: the named one has no URL)."""
-        if worker_id is not None:
-            locked = await tx.workers.lock(worker_id)
-            if locked is None:
-                raise Unavailable(NO_WORKER)
-            if need_url and not locked.url:
-                raise Invalid(f'Worker "{worker_id}" has no URL configured')
-            worker = await _counted(tx, locked)
-            load = _load(worker, worker.active_leases)
-            if not worker.ready:
-                raise Unavailable(f"Worker '{worker_id}' is not ready (it cannot run Claude)")
-            if not load.is_candidate:
-                raise Unavailable(f"Worker '{worker_id}' is not online with a free slot")
-            if load.is_paused(now):
-                raise Unavailable(f"Worker '{worker_id}' is paused until {worker.paused_until}")
-            return worker
-        counts = await tx.leases.active_counts()
-        loads = {
-            w.id: _load(w, counts.get(w.id, 0))
-            for w in await tx.workers.find()
-            if w.url or not need_url
-        }
-        sticky = await tx.leases.latest_worker_for_context(task.context_id)
-        while (choice := pick_worker(loads.values(), sticky, now)) is not None:
-            locked = await tx.workers.lock(choice.id)
-            if locked is not None:
-                worker = await _counted(tx, locked)
-                if _load(worker, worker.active_leases).available(now):
-                    return worker
-            del loads[choice.id]  # filled up (or vanished) since we looked: try the next
-        raise Unavailable(NO_WORKER)
 
     @staticmethod
     async def _record_grant(
