@@ -1,7 +1,8 @@
 """Task graphs, the pure part (`domain/graph.py`): a batch's dependencies resolved and refused
 (refs, names twice, bounds, cycles, each naming its field), and the answers' blocks put before a
 dependent's prompt with their cuts (each answer, all of them, never silently), with the
-artifacts asked for; and a workspace task's start from its dependencies (`domain/workspace.py`):
+artifacts asked for; the order a batch is made in and each task's start from its
+dependencies' states; and a workspace task's start from its dependencies (`domain/workspace.py`):
 one branch of its repository, or refused."""
 
 import itertools
@@ -18,11 +19,15 @@ from bloom.domain.graph import (
     MAX_DEPENDENCIES,
     Answer,
     GraphProblem,
+    OnDependencyFailure,
     PassedArtifact,
     Planned,
+    Start,
     compose,
     plan,
+    start_of,
 )
+from bloom.domain.states import TaskStatus
 from bloom.domain.workspace import other_branch_dependencies, start_problem
 
 
@@ -183,6 +188,56 @@ def test_plan_refuses_exactly_the_graphs_with_a_cycle(raw: list[list[int]]) -> N
             assert there in deps[here]
     else:
         assert not cyclic
+        order = plan(tasks).order()
+        assert sorted(order) == list(range(size))
+        assert all(order.index(j) < order.index(i) for i in range(size) for j in deps[i])
+
+
+# --- the order a batch is made in, and how each task starts ---------------------------------
+
+
+def test_a_batch_is_made_dependencies_first_otherwise_in_its_order() -> None:
+    edges = plan([Planned("a", ["c"]), Planned("b", []), Planned("c", ["b"]), Planned("d", [])])
+    assert edges.order() == [1, 2, 0, 3]
+
+
+def test_a_task_whose_dependencies_all_completed_is_queued() -> None:
+    named = [("t1", "a", True), ("t2", None, False)]
+    ends = {"t1": (TaskStatus.COMPLETED, None), "t2": (TaskStatus.COMPLETED, None)}
+    start = start_of(OnDependencyFailure.CANCEL, named, ends)
+    assert start == Start(
+        TaskStatus.QUEUED, [("t1", "a", True, True), ("t2", None, True, False)], 0
+    )
+
+
+def test_a_task_waits_blocked_on_what_has_not_ended() -> None:
+    named = [("t1", None, False), ("t2", None, False)]
+    ends = {"t1": (TaskStatus.RUNNING, None), "t2": (TaskStatus.COMPLETED, None)}
+    start = start_of(OnDependencyFailure.CANCEL, named, ends)
+    assert (start.status, start.waiting_on, start.cancelled_for) == (TaskStatus.BLOCKED, 1, None)
+
+
+def test_a_failed_dependency_cancels_it_for_the_root_unless_it_runs_anyway() -> None:
+    named = [("t1", None, False), ("t2", None, False), ("t3", None, False)]
+    ends = {
+        "t1": (TaskStatus.QUEUED, None),
+        "t2": (TaskStatus.CANCELLED, "t0"),  # cancelled for t0's failure
+        "t3": (TaskStatus.DEAD, None),
+    }
+    cancelled = start_of(OnDependencyFailure.CANCEL, named, ends)
+    assert (cancelled.status, cancelled.cancelled_for, cancelled.reason) == (
+        TaskStatus.CANCELLED,
+        "t0",
+        "Dependency t2 ended cancelled",
+    )
+    assert cancelled.waiting_on == 3
+    anyway = start_of(OnDependencyFailure.RUN, named, ends)
+    assert (anyway.status, anyway.waiting_on, anyway.cancelled_for) == (
+        TaskStatus.BLOCKED,
+        1,
+        None,
+    )
+    assert [settled for _, _, settled, _ in anyway.edges] == [False, True, True]
 
 
 # --- compose: the answers' blocks -------------------------------------------------------------

@@ -4,9 +4,11 @@ task's dependencies put before its prompt (docs/graphs.md).
 The bounds mirror the worker's `context_hints` files (`worker/prompt.py`): so much per item, so
 much in all, and what is cut is said in the text, never silently dropped."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+from bloom.domain.states import UNSUCCESSFUL, TaskStatus
 
 MAX_DEPENDENCIES = 1_000
 """The most tasks one task may depend on."""
@@ -57,6 +59,65 @@ class Edges:
 
     def existing_ids(self) -> set[str]:
         return {task_id for ids in self.existing for task_id in ids}
+
+    def order(self) -> list[int]:
+        """The batch's indexes, each after the batch tasks it depends on (there is no cycle),
+        otherwise in the batch's order."""
+        order: list[int] = []
+        placed: set[int] = set()
+        for index in range(len(self.in_batch)):
+            stack = [(index, iter(self.in_batch[index]))]
+            while stack:
+                node, children = stack[-1]
+                child = next((c for c in children if c not in placed), None)
+                if child is None:
+                    stack.pop()
+                    if node not in placed:
+                        placed.add(node)
+                        order.append(node)
+                else:
+                    stack.append((child, iter(self.in_batch[child])))
+        return order
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """How a new task starts, from its dependencies' states: its status, its edges (id, ref,
+    settled, with artifacts), how many it waits on, and (cancelled) what for and why."""
+
+    status: TaskStatus
+    edges: list[tuple[str, str | None, bool, bool]]
+    waiting_on: int
+    cancelled_for: str | None = None
+    reason: str | None = None
+
+
+def start_of(
+    on_failure: OnDependencyFailure,
+    named: Sequence[tuple[str, str | None, bool]],
+    ends: Mapping[str, tuple[TaskStatus, str | None]],
+) -> Start:
+    """A new task's start: `named`, its dependencies as (id, ref, with artifacts); `ends`, each
+    one's status and, if it was cancelled for another's failure, that one (the root). Queued
+    when every dependency is settled (completed; or ended at all, when it runs anyway), else
+    blocked; cancelled, for the root, when one ended unsuccessfully and it does not run
+    anyway."""
+    runs_anyway = on_failure is OnDependencyFailure.RUN
+    edges: list[tuple[str, str | None, bool, bool]] = []
+    cancelled_for: str | None = None
+    reason: str | None = None
+    for task_id, ref, with_artifacts in named:
+        status, root = ends[task_id]
+        settled = status is TaskStatus.COMPLETED or (runs_anyway and status in UNSUCCESSFUL)
+        edges.append((task_id, ref, settled, with_artifacts))
+        if cancelled_for is None and not runs_anyway and status in UNSUCCESSFUL:
+            cancelled_for = root or task_id
+            reason = f"Dependency {task_id} ended {status}"
+    waiting_on = sum(not settled for _, _, settled, _ in edges)
+    if cancelled_for is not None:
+        return Start(TaskStatus.CANCELLED, edges, waiting_on, cancelled_for, reason)
+    status = TaskStatus.BLOCKED if waiting_on else TaskStatus.QUEUED
+    return Start(status, edges, waiting_on)
 
 
 def plan(tasks: Sequence[Planned], *, field_of: str = "tasks.{index}.") -> Edges:

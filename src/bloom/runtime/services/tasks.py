@@ -11,7 +11,15 @@ from bloom.domain.audit import AuditAction, task_audit
 from bloom.domain.clis import DEFAULT_CLI
 from bloom.domain.clock import Clock
 from bloom.domain.errors import Conflict, InvalidField, NotFound
-from bloom.domain.graph import Edges, GraphProblem, OnDependencyFailure, Planned, plan
+from bloom.domain.graph import (
+    Edges,
+    GraphProblem,
+    OnDependencyFailure,
+    Planned,
+    Start,
+    plan,
+    start_of,
+)
 from bloom.domain.ids import new_id
 from bloom.domain.models import AuditEntry, Task
 from bloom.domain.paging import Cursor, Page, check_limit, page_of
@@ -20,7 +28,6 @@ from bloom.domain.states import (
     CANCELLABLE,
     IN_FLIGHT,
     REQUEUEABLE,
-    UNSUCCESSFUL,
     WAITING,
     TaskStatus,
 )
@@ -199,7 +206,7 @@ class TaskService:
             workspaces[task_id] = workspace
         has_dependents = {j for mine in edges.in_batch for j in mine}
         made: dict[int, tuple[Task, bool]] = {}
-        for index in _batch_order(edges):
+        for index in edges.order():
             new = news[index]
             if edges.in_batch[index] or edges.existing[index]:
                 for j in edges.in_batch[index]:
@@ -217,7 +224,7 @@ class TaskService:
                     new,
                     now,
                     actor,
-                    waits=_waits(new, named, ends),
+                    waits=start_of(new.on_dependency_failure, named, ends),
                     has_dependents=index in has_dependents,
                 )
             else:
@@ -233,7 +240,7 @@ class TaskService:
         now: int,
         actor: str,
         *,
-        waits: "_Waits | None" = None,
+        waits: Start | None = None,
         has_dependents: bool = False,
     ) -> tuple[Task, bool]:
         fingerprint = new.fingerprint() if new.idempotency_key else None
@@ -481,30 +488,6 @@ def _field(news: list[NewTask], index: int, name: str) -> str:
     return name if len(news) == 1 else f"tasks.{index}.{name}"
 
 
-def _batch_order(edges: Edges) -> list[int]:
-    """The batch's indexes, each after the batch tasks it depends on (the graph has no cycle),
-    otherwise in the batch's order."""
-    order: list[int] = []
-    placed: set[int] = set()
-
-    def place(index: int) -> None:
-        stack = [(index, iter(edges.in_batch[index]))]
-        while stack:
-            node, children = stack[-1]
-            child = next((c for c in children if c not in placed), None)
-            if child is None:
-                stack.pop()
-                if node not in placed:
-                    placed.add(node)
-                    order.append(node)
-            else:
-                stack.append((child, iter(edges.in_batch[child])))
-
-    for index in range(len(edges.in_batch)):
-        place(index)
-    return order
-
-
 def _requested(new: NewTask) -> dict[str, Any] | None:
     """The workspace a create asks for, as far as its start is concerned: repo, branch, ref."""
     if new.workspace is None:
@@ -531,38 +514,3 @@ def _ordered(
         by_name[task_id] = (task_id, None)
     asked = set(new.dependency_artifacts)
     return [(*by_name[name], name in asked) for name in new.depends_on]
-
-
-@dataclass(frozen=True, slots=True)
-class _Waits:
-    """How a new task starts, from its dependencies' states: its status, its edges (id, ref,
-    settled, with artifacts), how many it waits on, and (cancelled) what for and why."""
-
-    status: TaskStatus
-    edges: list[tuple[str, str | None, bool, bool]]
-    waiting_on: int
-    cancelled_for: str | None = None
-    reason: str | None = None
-
-
-def _waits(
-    new: NewTask,
-    named: list[tuple[str, str | None, bool]],
-    ends: dict[str, tuple[TaskStatus, str | None]],
-) -> _Waits:
-    runs_anyway = new.on_dependency_failure is OnDependencyFailure.RUN
-    edges: list[tuple[str, str | None, bool, bool]] = []
-    cancelled_for: str | None = None
-    reason: str | None = None
-    for task_id, ref, with_artifacts in named:
-        status, root = ends[task_id]
-        settled = status is TaskStatus.COMPLETED or (runs_anyway and status in UNSUCCESSFUL)
-        edges.append((task_id, ref, settled, with_artifacts))
-        if cancelled_for is None and not runs_anyway and status in UNSUCCESSFUL:
-            cancelled_for = root or task_id
-            reason = f"Dependency {task_id} ended {status}"
-    waiting_on = sum(not settled for _, _, settled, _ in edges)
-    if cancelled_for is not None:
-        return _Waits(TaskStatus.CANCELLED, edges, waiting_on, cancelled_for, reason)
-    status = TaskStatus.BLOCKED if waiting_on else TaskStatus.QUEUED
-    return _Waits(status, edges, waiting_on)
