@@ -31,11 +31,12 @@ from sqlalchemy import (
 from bloom.db.repository import Repository, entity_values, is_state, to_entity
 from bloom.domain.models import Artifact, AuditEntry, Lease, Result, Task
 from bloom.domain.states import IN_FLIGHT, LeaseStatus
-from bloom.runtime.storage.repositories.leases import ACTIVE, LEASE_COLUMNS, TASK_COLUMNS
+from bloom.runtime.storage.repositories.leases import ACTIVE, LEASE_COLUMNS
 from bloom.runtime.storage.repositories.records import (
     ARTIFACT_COLUMNS,
     AUDIT_COLUMNS,
     RESULT_COLUMNS,
+    TASK_COLUMNS,
 )
 from bloom.runtime.storage.tables import (
     audit_logs,

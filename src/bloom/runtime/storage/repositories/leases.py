@@ -33,10 +33,10 @@ from bloom.db.repository import (
 from bloom.domain.models import Lease, Task
 from bloom.domain.stall import Stall
 from bloom.domain.states import LeaseStatus, TaskStatus
+from bloom.runtime.storage.repositories.records import TASK_COLUMNS
 from bloom.runtime.storage.tables import audit_logs, leases, llm_tasks, task_event_totals
 
 LEASE_COLUMNS = entity_columns(leases, Lease)
-TASK_COLUMNS = entity_columns(llm_tasks, Task)
 lz = leases
 ACTIVE = is_state(lz.c.status, "active")
 

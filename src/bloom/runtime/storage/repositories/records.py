@@ -25,7 +25,7 @@ from bloom.db.repository import (
     is_state,
     older_than,
 )
-from bloom.domain.models import Artifact, AuditEntry, Result
+from bloom.domain.models import Artifact, AuditEntry, Result, Task
 from bloom.domain.paging import Cursor
 from bloom.domain.usage import UsageGroup, UsageSums
 from bloom.runtime.storage.tables import (
@@ -39,6 +39,7 @@ from bloom.runtime.storage.tables import (
 ARTIFACT_COLUMNS = entity_columns(runtime_artifacts, Artifact)
 RESULT_COLUMNS = entity_columns(llm_results, Result)
 AUDIT_COLUMNS = entity_columns(audit_logs, AuditEntry)
+TASK_COLUMNS = entity_columns(llm_tasks, Task)
 art, res, aud, cfg = runtime_artifacts, llm_results, audit_logs, runtime_settings
 tsk = llm_tasks
 

@@ -22,8 +22,8 @@ from bloom.db.repository import Repository, entity_columns, entity_values, is_st
 from bloom.domain.claims import Glance
 from bloom.domain.fleet import Agent
 from bloom.domain.models import Worker
+from bloom.runtime.storage.repositories.claiming import WALKING
 from bloom.runtime.storage.repositories.keepers import has_cli, queued_now
-from bloom.runtime.storage.repositories.tasks import WALKING
 from bloom.runtime.storage.tables import leases, llm_tasks, workers
 
 WORKER_COLUMNS = entity_columns(workers, Worker)
