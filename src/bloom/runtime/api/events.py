@@ -15,7 +15,8 @@ from bloom.domain.errors import Forbidden
 from bloom.domain.identity import Role
 from bloom.domain.models import TaskEvent
 from bloom.runtime.api.deps import Caller, Events, Tasks, acting_worker
-from bloom.runtime.api.schemas import AppendEventsBody, EventsAccepted
+from bloom.runtime.api.replies import EventsAccepted
+from bloom.runtime.api.schemas import AppendEventsBody
 from bloom.runtime.http import JSON, invalid
 from bloom.runtime.services.events import End, Keepalive, NewEvent, StreamSlot
 from bloom.web.head import is_head

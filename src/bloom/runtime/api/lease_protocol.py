@@ -13,20 +13,22 @@ from bloom.runtime.api.deps import (
     app_container,
     caller_of,
 )
-from bloom.runtime.api.schemas import (
+from bloom.runtime.api.replies import (
     AttemptEnded,
-    ClaimBody,
     ClaimReply,
-    CompleteBody,
     CompleteClaimReply,
-    CompleteManyBody,
     CompleteManyReply,
     CompleteReply,
     DispatchReply,
-    HeartbeatBody,
     HeartbeatReply,
-    LeaseBody,
     LeaseGrant,
+)
+from bloom.runtime.api.schemas import (
+    ClaimBody,
+    CompleteBody,
+    CompleteManyBody,
+    HeartbeatBody,
+    LeaseBody,
 )
 from bloom.runtime.http import JSON, service_status
 from bloom.runtime.services.attempts import Completed, Ending

@@ -15,7 +15,7 @@ from bloom.runtime.api.project_schemas import (
     PropagateReply,
     SyncMemoryBody,
 )
-from bloom.runtime.api.schemas import Removed
+from bloom.runtime.api.replies import Removed
 from bloom.runtime.http import JSON
 
 router = APIRouter(prefix="/api/runtime/projects", tags=["projects"])

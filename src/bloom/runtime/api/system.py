@@ -4,7 +4,8 @@ from fastapi import APIRouter
 
 from bloom import __version__
 from bloom.runtime.api.deps import AppContainer, Caller, Config
-from bloom.runtime.api.schemas import ConfigBody, Health
+from bloom.runtime.api.replies import Health
+from bloom.runtime.api.schemas import ConfigBody
 from bloom.runtime.http import JSON
 from bloom.runtime.services.config import RuntimeConfig
 

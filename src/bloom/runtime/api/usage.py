@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query
 
 from bloom.domain.usage import MAX_USAGE_GROUPS, UsageGroup, parse_instant
 from bloom.runtime.api.deps import Usage
-from bloom.runtime.api.schemas import UsageAnswer
+from bloom.runtime.api.replies import UsageAnswer
 from bloom.runtime.http import JSON
 
 router = APIRouter(prefix="/api/runtime", tags=["usage"])

@@ -6,13 +6,8 @@ from fastapi import APIRouter
 
 from bloom.domain.identity import Role
 from bloom.runtime.api.deps import AppContainer, Caller, Workers, acting_worker
-from bloom.runtime.api.schemas import (
-    AgentUpdateBody,
-    ApproveUrlBody,
-    RegisterWorkerBody,
-    Removed,
-    WorkerDetail,
-)
+from bloom.runtime.api.replies import Removed, WorkerDetail
+from bloom.runtime.api.schemas import AgentUpdateBody, ApproveUrlBody, RegisterWorkerBody
 from bloom.runtime.http import JSON
 from bloom.runtime.services.workers import Registration
 
