@@ -336,6 +336,7 @@ def test_cli_prints_one_json_object(tmp_path: Path):
     assert out["errors"] == 0
     assert out["cycles"] > 0
     assert out["claim_latency"]["p50_ms"] > 0
+    assert 0 < out["server_cpu_ms_per_cycle"] < out["machine_cpu_ms_per_cycle"]
     assert out["context"]["storage"] == "sqlite"
     assert out["context"]["server_processes"] == 1
     assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
