@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bloom.bench.api import Claim, RuntimeApi, Tally
+from bloom.bench.backends import Backends
 from bloom.bench.http import Endpoint
 from bloom.bench.server import machine_cpu_sec, on_linux, process_tree
 from bloom.bench.stats import Latency
@@ -37,6 +38,9 @@ class CycleReport:
     client_cpu_ms_per_request: float | None
     server_cpu_ms_per_cycle: float | None
     """The runtime's processes' CPU time ÷ cycles, over the window: the bench's own server only."""
+    database_cpu_ms_per_cycle: float | None
+    """The database's backends' CPU time ÷ cycles, over the window: a PostgreSQL of this machine
+    only (a backend that exits before the window ends is left out)."""
     machine_cpu_ms_per_cycle: float | None
     """All of this machine's CPU time at work ÷ cycles, over the window (Linux): the server, its
     database, the bench itself and whatever else runs here. What a cycle costs, apart from how
@@ -119,9 +123,11 @@ async def run_cycles(
     duration: float,
     warmup: float,
     server_pid: int | None = None,
+    backends: Backends | None = None,
 ) -> CycleReport:
     """Drive `workers` simulated workers against the runtime at `endpoint`, whose process is
-    `server_pid` when the bench started it."""
+    `server_pid` when the bench started it, and whose database is served by `backends` when it
+    is a PostgreSQL of this machine."""
     run = uuid.uuid4().hex[:8]
     tally = Tally()
     apis = [RuntimeApi(endpoint, tally) for _ in range(workers)]
@@ -136,8 +142,8 @@ async def run_cycles(
         start = time.perf_counter() + warmup
         recorder = _Recorder(start=start, end=start + duration)
         sims = [_SimulatedWorker(n, api, recorder) for n, api in zip(names, apis, strict=True)]
-        cpu = _CpuMeter(tally, recorder, server_pid)
-        await asyncio.gather(*(sim.run() for sim in sims))
+        cpu = _CpuMeter(tally, recorder, server_pid, backends)
+        await asyncio.gather(cpu.run(), *(sim.run() for sim in sims))
         deadline = time.perf_counter() + DRAIN_SEC
         await asyncio.gather(*(sim.drain(deadline) for sim in sims))
         await asyncio.gather(
@@ -159,6 +165,7 @@ async def run_cycles(
         error_samples=tally.samples,
         client_cpu_ms_per_request=cpu.ms_per_request(),
         server_cpu_ms_per_cycle=cpu.ms_per_cycle(_SERVER),
+        database_cpu_ms_per_cycle=cpu.database_ms_per_cycle(),
         machine_cpu_ms_per_cycle=cpu.ms_per_cycle(_MACHINE),
     )
 
@@ -170,42 +177,70 @@ _CLIENT, _SERVER, _MACHINE = range(3)
 class _Mark:
     cpu_sec: tuple[float | None, float | None, float | None]
     """This process's, the server's and the machine's CPU time (None: not known here)."""
+    backends: dict[int, float] | None
+    """The database's backends' CPU time, by process id."""
     requests: int
     cycles: int
 
 
 class _CpuMeter:
-    """CPU time over the measured window: this process's per request, the server's and the
-    machine's per cycle."""
+    """CPU time over the measured window: this process's per request; the server's, the
+    database's and the machine's per cycle."""
 
-    def __init__(self, tally: Tally, recorder: _Recorder, server_pid: int | None):
+    def __init__(
+        self,
+        tally: Tally,
+        recorder: _Recorder,
+        server_pid: int | None,
+        backends: Backends | None,
+    ):
         self.tally = tally
         self.recorder = recorder
         self.server_pid = server_pid if on_linux() else None
+        self.backends = backends
         self.marks: list[_Mark] = []
-        loop = asyncio.get_running_loop()
-        now = time.perf_counter()
-        loop.call_later(max(0.0, recorder.start - now), self._mark)
-        loop.call_later(max(0.0, recorder.end - now), self._mark)
 
-    def _mark(self) -> None:
+    async def run(self) -> None:
+        """Mark the window's start and end (the time until each awaited)."""
+        for instant in (self.recorder.start, self.recorder.end):
+            await asyncio.sleep(max(0.0, instant - time.perf_counter()))
+            await self._mark()
+
+    async def _mark(self) -> None:
+        backends = None if self.backends is None else await self.backends.cpu_sec()
         server = None if self.server_pid is None else process_tree(self.server_pid).cpu_sec
         machine = machine_cpu_sec() if on_linux() else None
         cpu = (time.process_time(), server, machine)
-        self.marks.append(_Mark(cpu, self.tally.requests, self.recorder.cycles))
+        self.marks.append(_Mark(cpu, backends, self.tally.requests, self.recorder.cycles))
 
     def ms_per_request(self) -> float | None:
-        return self._per(_CLIENT, lambda mark: mark.requests)
+        return self._per(lambda mark: mark.cpu_sec[_CLIENT], lambda mark: mark.requests)
 
     def ms_per_cycle(self, which: int) -> float | None:
-        return self._per(which, lambda mark: mark.cycles)
+        return self._per(lambda mark: mark.cpu_sec[which], lambda mark: mark.cycles)
 
-    def _per(self, which: int, count: Callable[[_Mark], int]) -> float | None:
+    def database_ms_per_cycle(self) -> float | None:
+        """A backend born in the window counts from zero; one gone before its end is lost."""
         if len(self.marks) < 2:
             return None
         first, last = self.marks[:2]
-        before, after = first.cpu_sec[which], last.cpu_sec[which]
-        done = count(last) - count(first)
-        if before is None or after is None or done <= 0:
+        if first.backends is None or last.backends is None:
             return None
-        return round((after - before) * 1000 / done, 3)
+        before = first.backends
+        spent = sum(sec - before.get(pid, 0.0) for pid, sec in last.backends.items())
+        return _ms_each(spent, last.cycles - first.cycles)
+
+    def _per(
+        self, cpu_sec: Callable[[_Mark], float | None], count: Callable[[_Mark], int]
+    ) -> float | None:
+        if len(self.marks) < 2:
+            return None
+        first, last = self.marks[:2]
+        before, after = cpu_sec(first), cpu_sec(last)
+        if before is None or after is None:
+            return None
+        return _ms_each(after - before, count(last) - count(first))
+
+
+def _ms_each(spent_sec: float, done: int) -> float | None:
+    return round(spent_sec * 1000 / done, 3) if done > 0 else None

@@ -37,6 +37,7 @@ def _cycle_json(report: CycleReport) -> dict[str, Any]:
         "error_samples": report.error_samples,
         "client_cpu_ms_per_request": report.client_cpu_ms_per_request,
         "server_cpu_ms_per_cycle": report.server_cpu_ms_per_cycle,
+        "database_cpu_ms_per_cycle": report.database_cpu_ms_per_cycle,
         "machine_cpu_ms_per_cycle": report.machine_cpu_ms_per_cycle,
     }
 
@@ -89,6 +90,7 @@ def _render_cycle(report: CycleReport, console: Console) -> None:
     table.add_row("requests sent (whole run)", str(report.requests))
     table.add_row("client CPU / request", ms_text(report.client_cpu_ms_per_request, 2))
     table.add_row("server CPU / cycle", ms_text(report.server_cpu_ms_per_cycle, 2))
+    table.add_row("database CPU / cycle", ms_text(report.database_cpu_ms_per_cycle, 2))
     table.add_row("machine CPU / cycle", ms_text(report.machine_cpu_ms_per_cycle, 2))
     console.print(table)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bloom import __version__
 from bloom.bench.api import RuntimeApi, Tally
+from bloom.bench.backends import Backends
 from bloom.bench.cycle import CycleReport, run_cycles
 from bloom.bench.depth import DepthReport, FillProgress, run_depths
 from bloom.bench.http import Endpoint
@@ -97,16 +98,22 @@ async def run_bench(options: BenchOptions) -> BenchResult:
             if options.on_server is not None:
                 options.on_server(f"{endpoint.url} (log: {server.log_path})")
         context = await _context(endpoint, processes)
+        target = resolve_database(database_url, data_dir)
         if not options.depths:
+            # the database's CPU too, when its server is known and runs on this machine
+            known = not options.url or options.database_url is not None
+            backends = await Backends.open(target) if known else None
+            if backends is not None:
+                stack.push_async_callback(backends.close)
             cycle = await run_cycles(
                 endpoint,
                 workers=options.workers,
                 duration=options.duration,
                 warmup=options.warmup,
                 server_pid=server_pid,
+                backends=backends,
             )
             return BenchResult(context, cycle=cycle)
-        target = resolve_database(database_url, data_dir)
         if target.kind != context.storage:
             raise BenchUsageError(
                 f"--database-url is {target.kind} but the server stores in {context.storage}"

@@ -61,15 +61,30 @@ def process_tree(pid: int) -> ProcessUsage:
         pending.extend(children.get(current, []))
         try:
             status = (PROC / str(current) / "status").read_text()
-            fields = (PROC / str(current) / "stat").read_text().rsplit(")", 1)[1].split()
+            stat = (PROC / str(current) / "stat").read_text()
             fds += len(os.listdir(PROC / str(current) / "fd"))
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        ticks += _cpu_ticks(stat)
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 rss_kb += int(line.split()[1])
     return ProcessUsage(rss_kb, fds, ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def process_cpu_sec(pid: int) -> float | None:
+    """The CPU time of `pid` alone, from /proc (Linux only); None once it is gone."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    return _cpu_ticks(stat) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(stat: str) -> int:
+    """User and system time in a /proc/<pid>/stat line, in clock ticks."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 def machine_cpu_sec() -> float:
