@@ -32,11 +32,15 @@ class Backends:
             conn = await asyncpg.connect(target.dsn, timeout=CONNECT_TIMEOUT_SEC)
         except (OSError, TimeoutError, asyncpg.PostgresError):
             return None
-        own = await conn.fetchval("SELECT pg_backend_pid()")
-        if not _is_postgres(PROC / str(own)):
-            await conn.close()
+        backends = cls(conn)
+        try:
+            own = await conn.fetchval("SELECT pg_backend_pid()")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            own = None
+        if own is None or not _is_postgres(PROC / str(own)):
+            await backends.close()
             return None
-        return cls(conn)
+        return backends
 
     async def cpu_sec(self) -> dict[int, float] | None:
         """Each backend's CPU time so far, by process id (those gone meanwhile left out); None

@@ -100,9 +100,9 @@ async def run_bench(options: BenchOptions) -> BenchResult:
         context = await _context(endpoint, processes)
         target = resolve_database(database_url, data_dir)
         if not options.depths:
-            # the database's CPU too, when its server is known and runs on this machine
-            known = not options.url or options.database_url is not None
-            backends = await Backends.open(target) if known else None
+            # the database's CPU too, when it is a PostgreSQL of this machine (with `--url` and
+            # no `--database-url`, the target is the unused SQLite file: none)
+            backends = await Backends.open(target)
             if backends is not None:
                 stack.push_async_callback(backends.close)
             cycle = await run_cycles(
