@@ -202,7 +202,7 @@ class EventService:
             _, lease = await live_lease(tx, task_id, lease_id, worker_id, now)
             appended = await self.write(tx, task_id, lease, rows, now)
             if rows and lease.stalled_at is not None:  # found stalled, and printing again
-                await tx.leases.unstall(lease.id)
+                await tx.stalls.unstall(lease.id)
         if appended.stored:
             self.signal.changed(task_id)
         return appended

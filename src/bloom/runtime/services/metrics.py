@@ -161,7 +161,7 @@ class MetricsService:
             tasks, _ = await tx.counts.totals()
             workers = await tx.workers.find()
             active = await tx.leases.active_counts()
-            leases_active, leases_stalled = await tx.leases.active_and_stalled()
+            leases_active, leases_stalled = await tx.stalls.active_and_stalled()
             approvals_pending = await tx.approvals.pending_count()
         now = self.clock()
         by_status = {str(status): 0 for status in WorkerStatus}

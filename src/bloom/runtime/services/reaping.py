@@ -147,12 +147,12 @@ class LeaseReaper:
         """Mark, audit and (`on_stall: retry`) stop the runs found stalled; what was done to
         each."""
         noticed: list[OnStall] = []
-        for silent in await tx.leases.silent(now, self.stall_sec, self.batch):
+        for silent in await tx.stalls.silent(now, self.stall_sec, self.batch):
             policy = StallPolicy.of(silent.policy, self.stall_sec)
             if not is_stalled(now, silent.since, policy):  # the query's rule, as the domain says
                 continue
             stop = policy.on_stall is OnStall.RETRY
-            lease = await tx.leases.mark_stalled(silent.lease.id, now, stop=stop)
+            lease = await tx.stalls.mark_stalled(silent.lease.id, now, stop=stop)
             if lease is None:  # ended or renewed away since we listed it
                 continue
             quiet = silence(now - silent.since)

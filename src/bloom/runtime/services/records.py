@@ -84,7 +84,7 @@ class RecordService:
         if task.status is not TaskStatus.RUNNING or task.lease_id is None:
             return None
         async with self.db.read() as tx:
-            return await tx.leases.stall_of(task.lease_id)
+            return await tx.stalls.stall_of(task.lease_id)
 
     async def results(self, task_id: str) -> list[Result]:
         """The task's results, oldest first (empty for an unknown task)."""

@@ -25,6 +25,7 @@ from bloom.runtime.storage.repositories.records import (
 )
 from bloom.runtime.storage.repositories.rollups import RollupRepository
 from bloom.runtime.storage.repositories.samples import SampleRepository
+from bloom.runtime.storage.repositories.stalls import StallRepository
 from bloom.runtime.storage.repositories.tasks import TaskRepository
 from bloom.runtime.storage.repositories.tool_policies import ToolPolicyRepository
 from bloom.runtime.storage.repositories.workers import WorkerRepository
@@ -58,6 +59,10 @@ class Repositories:
     @cached_property
     def leases(self) -> LeaseRepository:
         return LeaseRepository(self.connection)
+
+    @cached_property
+    def stalls(self) -> StallRepository:
+        return StallRepository(self.connection)
 
     @cached_property
     def workers(self) -> WorkerRepository:
