@@ -214,33 +214,39 @@ class _CpuMeter:
         self.marks.append(_Mark(cpu, backends, self.tally.requests, self.recorder.cycles))
 
     def ms_per_request(self) -> float | None:
-        return self._per(lambda mark: mark.cpu_sec[_CLIENT], lambda mark: mark.requests)
+        return self._per(_between(_CLIENT), lambda mark: mark.requests)
 
     def ms_per_cycle(self, which: int) -> float | None:
-        return self._per(lambda mark: mark.cpu_sec[which], lambda mark: mark.cycles)
+        return self._per(_between(which), lambda mark: mark.cycles)
 
     def database_ms_per_cycle(self) -> float | None:
-        """A backend born in the window counts from zero; one gone before its end is lost."""
-        if len(self.marks) < 2:
-            return None
-        first, last = self.marks[:2]
-        if first.backends is None or last.backends is None:
-            return None
-        before = first.backends
-        spent = sum(sec - before.get(pid, 0.0) for pid, sec in last.backends.items())
-        return _ms_each(spent, last.cycles - first.cycles)
+        return self._per(_backends_between, lambda mark: mark.cycles)
 
     def _per(
-        self, cpu_sec: Callable[[_Mark], float | None], count: Callable[[_Mark], int]
+        self,
+        spent_sec: Callable[[_Mark, _Mark], float | None],
+        count: Callable[[_Mark], int],
     ) -> float | None:
         if len(self.marks) < 2:
             return None
         first, last = self.marks[:2]
-        before, after = cpu_sec(first), cpu_sec(last)
-        if before is None or after is None:
-            return None
-        return _ms_each(after - before, count(last) - count(first))
+        spent, done = spent_sec(first, last), count(last) - count(first)
+        return round(spent * 1000 / done, 3) if spent is not None and done > 0 else None
 
 
-def _ms_each(spent_sec: float, done: int) -> float | None:
-    return round(spent_sec * 1000 / done, 3) if done > 0 else None
+def _between(which: int) -> Callable[[_Mark, _Mark], float | None]:
+    """The CPU seconds of one of a mark's three figures from `first` to `last`."""
+
+    def spent(first: _Mark, last: _Mark) -> float | None:
+        before, after = first.cpu_sec[which], last.cpu_sec[which]
+        return None if before is None or after is None else after - before
+
+    return spent
+
+
+def _backends_between(first: _Mark, last: _Mark) -> float | None:
+    """The database's backends' CPU seconds from `first` to `last`: a backend born between them
+    counts from zero; one gone before `last` is lost."""
+    if first.backends is None or last.backends is None:
+        return None
+    return sum(sec - first.backends.get(pid, 0.0) for pid, sec in last.backends.items())
